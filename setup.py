@@ -29,7 +29,10 @@ class CMakeBuild(build_ext):
         import pybind11
 
         out_dir = Path(self.get_ext_fullpath(ext.name)).parent.resolve()
-        build_dir = Path(self.build_temp).resolve() / ext.name
+        # A fixed build folder keeps CMake's incremental build across
+        # `pip install -e .` runs (pip's own temp folders would not).
+        tag = f"{sys.implementation.cache_tag}-{sys.platform}"
+        build_dir = Path(__file__).parent.resolve() / "build" / f"cmake-{tag}"
         build_dir.mkdir(parents=True, exist_ok=True)
         args = [
             f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}",
@@ -50,6 +53,5 @@ setup(
     packages=find_packages(include=["horo", "horo.*"]),
     ext_modules=[CMakeExtension("horo._core")],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": []},
     zip_safe=False,
 )

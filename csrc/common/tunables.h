@@ -1,0 +1,35 @@
+// Every knob in one table: environment name, Horovod alias, default and doc.
+// The engine reads Tunables; horo.tunables() exposes the table so the README
+// and horo-run can be checked against it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace horo {
+
+struct TunableSpec {
+  const char* env;
+  const char* horovod_alias;  // read when `env` is unset ("" if none)
+  const char* default_value;
+  const char* doc;
+};
+
+const std::vector<TunableSpec>& tunable_specs();
+
+struct Tunables {
+  int64_t fusion_threshold_bytes;
+  double cycle_time_ms;
+  int cache_capacity;
+  std::string allreduce_algo;  // ring | mpi | auto
+  int64_t ring_min_bytes;      // auto: ring at and above this size, MPI below
+  int64_t ring_chunk_bytes;
+  double stall_check_seconds;
+  double stall_shutdown_seconds;
+  int log_level;  // 0 error, 1 warning, 2 info, 3 debug
+
+  static Tunables from_environment();
+};
+
+}  // namespace horo

@@ -1,0 +1,47 @@
+// The vocabulary every layer shares: element types, reduction ops, collective kinds.
+// Integer values are part of the Python ABI (horo/_dtypes.py, horo.Sum, ...) and
+// match Horovod's op numbering so ported scripts that pass raw ints still work.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace horo {
+
+enum class DataType : uint8_t {
+  kUInt8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBFloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+};
+constexpr int kNumDataTypes = 8;
+
+enum class ReduceOp : uint8_t {
+  kAverage = 0,
+  kSum = 1,
+  kAdasum = 2,  // reserved (Horovod's numbering); rejected at enqueue
+  kMin = 3,
+  kMax = 4,
+  kProduct = 5,
+};
+
+enum class CollectiveType : uint8_t {
+  kAllreduce = 0,
+};
+
+size_t dtype_size(DataType dtype);
+const char* dtype_name(DataType dtype);
+bool dtype_is_float(DataType dtype);
+bool dtype_valid(int code);
+
+const char* op_name(ReduceOp op);
+bool op_valid(int code);
+
+const char* collective_name(CollectiveType type);
+
+}  // namespace horo

@@ -1,0 +1,251 @@
+#include "engine/controller.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/logging.h"
+
+namespace horo {
+
+namespace {
+
+constexpr uint64_t kFlagNothingToNegotiate = 1;
+constexpr uint64_t kFlagNotShuttingDown = 2;
+
+void set_bit(std::vector<uint64_t>& words, size_t first_word, int bit) {
+  words[first_word + bit / 64] |= uint64_t(1) << (bit % 64);
+}
+void clear_bit(std::vector<uint64_t>& words, size_t first_word, int bit) {
+  words[first_word + bit / 64] &= ~(uint64_t(1) << (bit % 64));
+}
+bool test_bit(const std::vector<uint64_t>& words, size_t first_word, int bit) {
+  return (words[first_word + bit / 64] >> (bit % 64)) & 1;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string format_scale(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+Controller::Controller(Transport& transport, const Tunables& tunables)
+    : transport_(transport), tunables_(tunables), cache_(tunables.cache_capacity),
+      last_stall_check_(Clock::now()) {}
+
+Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool shutdown_requested) {
+  const auto now = Clock::now();
+  for (auto& q : new_requests) pending_.push_back(Pending{std::move(q), now});
+
+  // Classify what this rank holds against the (identical) caches.
+  const int bits = cache_.bit_bound();
+  const size_t nwords = (bits + 63) / 64;
+  const size_t ready_at = 1, valid_at = 1 + nwords;
+  std::vector<uint64_t> words(1 + 2 * nwords, 0);
+  std::fill(words.begin() + valid_at, words.end(), ~uint64_t(0));
+  bool must_negotiate = transport_.rank() == 0 && stall_shutdown_due();
+  const double stall_s = tunables_.stall_check_seconds;
+  for (auto& p : pending_) {
+    if (p.sent) continue;
+    p.cache_bit = -1;
+    int bit = -1;
+    switch (cache_.enabled() ? cache_.lookup(p.request, &bit) : ResponseCache::Lookup::kMiss) {
+      case ResponseCache::Lookup::kHit: {
+        // A cached tensor other ranks never submit would stall invisibly; after
+        // the stall time it is evicted so the coordinator can name the missing ranks.
+        const bool stalled = stall_s > 0 && std::chrono::duration<double>(now - p.since).count() > stall_s;
+        if (stalled) {
+          clear_bit(words, valid_at, bit);
+        } else {
+          p.cache_bit = bit;
+          set_bit(words, ready_at, bit);
+        }
+        break;
+      }
+      case ResponseCache::Lookup::kStale:
+        clear_bit(words, valid_at, bit);
+        break;
+      case ResponseCache::Lookup::kMiss:
+        break;
+    }
+    if (p.cache_bit < 0) must_negotiate = true;
+  }
+  words[0] = (must_negotiate ? 0 : kFlagNothingToNegotiate) | (shutdown_requested ? 0 : kFlagNotShuttingDown);
+
+  transport_.allreduce_bitand(words);
+
+  Cycle cycle;
+  cycle.shutdown = !(words[0] & kFlagNotShuttingDown);
+
+  // Evictions first (some rank saw a different signature or a stall), so
+  // the local requests waiting on those bits go to the coordinator instead.
+  for (int bit = 0; bit < bits; ++bit) {
+    if (test_bit(words, valid_at, bit)) continue;
+    cache_.erase(bit);
+    for (auto& p : pending_) {
+      if (!p.sent && p.cache_bit == bit) p.cache_bit = -1;
+    }
+  }
+  // Cached tensors ready everywhere, in bit order (the same on every rank).
+  std::vector<bool> ran(pending_.size(), false);
+  for (int bit = 0; bit < bits; ++bit) {
+    if (!test_bit(words, ready_at, bit) || !test_bit(words, valid_at, bit)) continue;
+    cycle.responses.push_back(cache_.get(bit));
+    cache_.touch(bit);
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (!pending_[i].sent && pending_[i].cache_bit == bit) ran[i] = true;
+    }
+  }
+
+  if (!(words[0] & kFlagNothingToNegotiate)) {
+    std::vector<Request> mine;
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      Pending& p = pending_[i];
+      if (ran[i] || p.sent || p.cache_bit >= 0) continue;
+      p.sent = true;
+      p.request.rank = transport_.rank();
+      mine.push_back(p.request);
+    }
+    std::vector<std::string> gathered = transport_.gather_bytes(encode_requests(mine), 0);
+    std::string answer;
+    if (transport_.rank() == 0) answer = encode_responses(coordinate(gathered));
+    transport_.broadcast_bytes(answer, 0);
+    for (Response& response : decode_responses(answer)) {
+      if (response.kind == Response::Kind::kExecute) cache_.put(response);
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        if (pending_[i].sent && pending_[i].request.name == response.request.name) ran[i] = true;
+      }
+      cycle.responses.push_back(std::move(response));
+    }
+  } else if (transport_.rank() == 0) {
+    inspect_stalls(nullptr);  // warnings only; errors need a negotiation round
+  }
+
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (ran[i]) continue;
+    if (keep != i) pending_[keep] = std::move(pending_[i]);  // self-move would empty the strings
+    ++keep;
+  }
+  pending_.resize(keep);
+  return cycle;
+}
+
+std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered) {
+  const int n = transport_.size();
+  const auto now = Clock::now();
+  for (int r = 0; r < n; ++r) {
+    for (Request& q : decode_requests(gathered[r])) {
+      auto [it, inserted] = table_.try_emplace(q.name);
+      TableEntry& entry = it->second;
+      if (inserted) {
+        entry.by_rank.resize(n);
+        entry.present.assign(n, false);
+        entry.first_seen = now;
+        table_order_.push_back(q.name);
+      }
+      if (!entry.present[r]) ++entry.count;
+      entry.present[r] = true;  // a resubmission after a stall error replaces the old one
+      entry.by_rank[r] = std::move(q);
+    }
+  }
+  std::vector<Response> responses;
+  size_t keep = 0;
+  for (size_t i = 0; i < table_order_.size(); ++i) {
+    const std::string& name = table_order_[i];
+    auto it = table_.find(name);
+    if (it->second.count == n) {
+      responses.push_back(match(name, it->second));
+      table_.erase(it);
+    } else {
+      table_order_[keep++] = name;
+    }
+  }
+  table_order_.resize(keep);
+  inspect_stalls(&responses);
+  return responses;
+}
+
+Response Controller::match(const std::string& name, const TableEntry& entry) const {
+  const Request& first = entry.by_rank[0];
+  Response response;
+  response.request = first;
+  const int n = static_cast<int>(entry.by_rank.size());
+  // Name the first property that differs, with every rank's value.
+  auto differ = [&](const char* what, auto value_of) {
+    for (int r = 1; r < n; ++r) {
+      if (value_of(entry.by_rank[r]) != value_of(first)) {
+        std::string msg = std::string(collective_name(first.type)) + " '" + name + "': " + what +
+                          " differs across ranks:";
+        for (int k = 0; k < n; ++k) msg += (k ? "," : "") + std::string(" rank ") + std::to_string(k) + " " + value_of(entry.by_rank[k]);
+        response.kind = Response::Kind::kError;
+        response.error = msg;
+        return true;
+      }
+    }
+    return false;
+  };
+  differ("collective", [](const Request& q) { return std::string(collective_name(q.type)); }) ||
+      differ("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }) ||
+      differ("shape", [](const Request& q) { return q.shape_string(); }) ||
+      differ("reduction op", [](const Request& q) { return std::string(op_name(q.op)); }) ||
+      differ("prescale_factor", [](const Request& q) { return format_scale(q.prescale); }) ||
+      differ("postscale_factor", [](const Request& q) { return format_scale(q.postscale); });
+  return response;
+}
+
+bool Controller::stall_shutdown_due() const {
+  if (tunables_.stall_shutdown_seconds <= 0) return false;
+  const auto now = Clock::now();
+  for (const auto& kv : table_) {
+    if (std::chrono::duration<double>(now - kv.second.first_seen).count() > tunables_.stall_shutdown_seconds) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Controller::inspect_stalls(std::vector<Response>* errors) {
+  const auto now = Clock::now();
+  if (errors == nullptr && now - last_stall_check_ < std::chrono::seconds(1)) return;
+  last_stall_check_ = now;
+  const double check_s = tunables_.stall_check_seconds, shutdown_s = tunables_.stall_shutdown_seconds;
+  size_t keep = 0;
+  for (size_t i = 0; i < table_order_.size(); ++i) {
+    const std::string name = table_order_[i];
+    TableEntry& entry = table_[name];
+    const double age = std::chrono::duration<double>(now - entry.first_seen).count();
+    std::vector<int> have, missing;
+    for (int r = 0; r < static_cast<int>(entry.present.size()); ++r) (entry.present[r] ? have : missing).push_back(r);
+    const std::string kind = collective_name(entry.by_rank[have.front()].type);
+    if (errors && shutdown_s > 0 && age > shutdown_s) {
+      Response error;
+      error.kind = Response::Kind::kError;
+      error.request = entry.by_rank[have.front()];
+      error.error = kind + " '" + name + "': rank(s) " + rank_list(missing) + " did not submit it within " +
+                    format_scale(shutdown_s) + " s (HORO_STALL_SHUTDOWN_TIME_SECONDS); submitted by rank(s) " +
+                    rank_list(have);
+      errors->push_back(std::move(error));
+      table_.erase(name);
+      continue;
+    }
+    if (check_s > 0 && age > check_s && !entry.warned) {
+      entry.warned = true;
+      HORO_LOG(kLogWarning, "stall: " << kind << " '" << name << "' submitted by rank(s) " << rank_list(have)
+                                      << " has waited " << static_cast<int>(age) << " s for rank(s) "
+                                      << rank_list(missing));
+    }
+    table_order_[keep++] = name;
+  }
+  table_order_.resize(keep);
+}
+
+}  // namespace horo

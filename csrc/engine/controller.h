@@ -1,0 +1,70 @@
+// The coordination protocol, and nothing about moving tensor bytes.
+//
+// Each cycle every rank joins one bit-vector AND: a flag word, one "ready"
+// bit per cached response and one "still valid" bit per cached response.
+// Cached tensors ready on every rank run straight from that AND. Only when
+// some rank holds a tensor the cache cannot express do the ranks gather
+// their new requests at the coordinator (rank 0), which matches them by name,
+// checks that every rank described the tensor the same way, and broadcasts
+// the list of responses. Every rank then executes the same list in the same
+// order, so ranks may enqueue in different orders without deadlock.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/tunables.h"
+#include "engine/response_cache.h"
+#include "transport/transport.h"
+#include "wire/messages.h"
+
+namespace horo {
+
+class Controller {
+ public:
+  Controller(Transport& transport, const Tunables& tunables);
+
+  struct Cycle {
+    std::vector<Response> responses;  // identical on every rank, in execution order
+    bool shutdown = false;            // some rank asked to shut down
+  };
+  // Collective: every rank must call it once per cycle.
+  Cycle run_cycle(std::vector<Request> new_requests, bool shutdown_requested);
+
+  // Local requests still waiting for other ranks.
+  bool has_pending() const { return !pending_.empty(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Pending {
+    Request request;
+    Clock::time_point since;
+    int cache_bit = -1;  // >= 0: waiting on that bit
+    bool sent = false;   // handed to the coordinator
+  };
+  // Coordinator (rank 0) state: requests per tensor name until every rank has one.
+  struct TableEntry {
+    std::vector<Request> by_rank;  // index = rank
+    std::vector<bool> present;
+    int count = 0;
+    Clock::time_point first_seen;
+    bool warned = false;
+  };
+
+  std::vector<Response> coordinate(const std::vector<std::string>& gathered);
+  Response match(const std::string& name, const TableEntry& entry) const;
+  void inspect_stalls(std::vector<Response>* errors);
+  bool stall_shutdown_due() const;
+
+  Transport& transport_;
+  const Tunables& tunables_;
+  ResponseCache cache_;
+  std::vector<Pending> pending_;
+  std::map<std::string, TableEntry> table_;
+  std::vector<std::string> table_order_;  // names in arrival order, for response order
+  Clock::time_point last_stall_check_;
+};
+
+}  // namespace horo

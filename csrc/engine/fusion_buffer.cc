@@ -1,0 +1,49 @@
+#include "engine/fusion_buffer.h"
+
+#include <map>
+#include <tuple>
+
+#include "common/types.h"
+
+namespace horo {
+
+namespace {
+size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
+}  // namespace
+
+std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes) {
+  std::vector<std::vector<Response>> groups;
+  using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double>;
+  std::map<Key, size_t> open;  // key -> index into groups of the group still filling
+  std::vector<size_t> filled(0);
+  for (Response& response : responses) {
+    const Request& q = response.request;
+    if (response.kind != Response::Kind::kExecute || threshold_bytes == 0) {
+      groups.push_back({std::move(response)});
+      filled.push_back(0);
+      continue;
+    }
+    const Key key{q.type, q.dtype, q.op, q.prescale, q.postscale};
+    const size_t bytes = bytes_of(q);
+    auto it = open.find(key);
+    if (it != open.end() && filled[it->second] + bytes <= threshold_bytes) {
+      groups[it->second].push_back(std::move(response));
+      filled[it->second] += bytes;
+      continue;
+    }
+    open[key] = groups.size();
+    groups.push_back({std::move(response)});
+    filled.push_back(bytes);
+  }
+  return groups;
+}
+
+char* FusionBuffer::reserve(size_t bytes) {
+  if (bytes > capacity_) {
+    data_.reset(new char[bytes]);
+    capacity_ = bytes;
+  }
+  return data_.get();
+}
+
+}  // namespace horo

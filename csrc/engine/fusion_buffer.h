@@ -1,0 +1,30 @@
+// Tensor fusion: ready responses that can share one collective (same kind,
+// dtype, op and scale factors) are packed into one buffer up to the
+// threshold, reduced once and unpacked, so small tensors do not each pay a
+// network round trip.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "wire/messages.h"
+
+namespace horo {
+
+// Groups `responses` (identical on every rank) into fusion groups; the result
+// is identical on every rank too. Errors travel alone. A threshold of 0
+// disables fusion.
+std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes);
+
+// A grow-only staging buffer, left uninitialised (it is always overwritten).
+class FusionBuffer {
+ public:
+  char* reserve(size_t bytes);
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t capacity_ = 0;
+};
+
+}  // namespace horo

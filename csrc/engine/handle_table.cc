@@ -1,0 +1,42 @@
+#include "engine/handle_table.h"
+
+#include "common/error.h"
+
+namespace horo {
+
+int HandleTable::create() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int handle = next_++;
+  states_.emplace(handle, State{});
+  return handle;
+}
+
+void HandleTable::complete(int handle, std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = states_.find(handle);
+    if (it == states_.end()) return;
+    it->second.done = true;
+    it->second.error = std::move(error);
+  }
+  done_cv_.notify_all();
+}
+
+bool HandleTable::poll(int handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = states_.find(handle);
+  if (it == states_.end()) throw Error("unknown handle " + std::to_string(handle) + " (already synchronized?)");
+  return it->second.done;
+}
+
+std::string HandleTable::wait(int handle) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = states_.find(handle);
+  if (it == states_.end()) throw Error("unknown handle " + std::to_string(handle) + " (already synchronized?)");
+  done_cv_.wait(lock, [&] { return it->second.done; });
+  std::string error = std::move(it->second.error);
+  states_.erase(it);
+  return error;
+}
+
+}  // namespace horo

@@ -1,0 +1,61 @@
+#include "engine/tensor_queue.h"
+
+#include "common/error.h"
+
+namespace horo {
+
+void TensorQueue::push(TensorEntry entry) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string& name = entry.request.name;
+    if (in_flight_.count(name)) {
+      throw Error(std::string(collective_name(entry.request.type)) + " '" + name +
+                  "': a tensor with this name is already in flight on this rank; synchronize it first "
+                  "or give the new one another name");
+    }
+    new_requests_.push_back(entry.request);
+    in_flight_.emplace(name, std::move(entry));
+  }
+  work_cv_.notify_one();
+}
+
+std::vector<Request> TensorQueue::take_new_requests() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Request> out;
+  out.swap(new_requests_);
+  return out;
+}
+
+bool TensorQueue::take(const std::string& name, TensorEntry* entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = in_flight_.find(name);
+  if (it == in_flight_.end()) return false;
+  *entry = std::move(it->second);
+  in_flight_.erase(it);
+  return true;
+}
+
+std::vector<TensorEntry> TensorQueue::take_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TensorEntry> out;
+  for (auto& kv : in_flight_) out.push_back(std::move(kv.second));
+  in_flight_.clear();
+  new_requests_.clear();
+  return out;
+}
+
+void TensorQueue::wait_for_work(std::chrono::microseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  work_cv_.wait_for(lock, timeout, [&] { return woken_ || !new_requests_.empty(); });
+  woken_ = false;
+}
+
+void TensorQueue::wake() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+  }
+  work_cv_.notify_one();
+}
+
+}  // namespace horo

@@ -1,0 +1,45 @@
+// Tensors a caller has handed over and the background thread has not yet
+// finished, keyed by name. Enqueue never blocks on the network: it records
+// the tensor, wakes the background thread and returns.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "wire/messages.h"
+
+namespace horo {
+
+struct TensorEntry {
+  Request request;
+  const void* input = nullptr;
+  void* output = nullptr;
+  int handle = 0;
+};
+
+class TensorQueue {
+ public:
+  // Throws horo::Error when a tensor of the same name is still in flight.
+  void push(TensorEntry entry);
+  // Requests pushed since the last call, in push order.
+  std::vector<Request> take_new_requests();
+  // Removes and returns the in-flight entry; false if there is none.
+  bool take(const std::string& name, TensorEntry* entry);
+  std::vector<TensorEntry> take_all();
+  // Sleeps until something is pushed, wake() is called, or `timeout` passes.
+  void wait_for_work(std::chrono::microseconds timeout);
+  void wake();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  bool woken_ = false;
+  std::unordered_map<std::string, TensorEntry> in_flight_;
+  std::vector<Request> new_requests_;
+};
+
+}  // namespace horo

@@ -1,0 +1,120 @@
+// The only file that knows about Python. It exposes the process model and
+// a framework-free enqueue of raw buffers (pointer + dtype + shape): the
+// NumPy API and every framework plugin are thin Python adapters over it, so
+// no framework header is ever compiled in and one build serves every
+// framework version.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/tunables.h"
+#include "engine/engine.h"
+#include "transport/mpi_context.h"
+#include "transport/mpi_transport.h"
+
+namespace py = pybind11;
+using namespace horo;
+
+namespace {
+
+std::unique_ptr<Engine> g_engine;
+ProcessInfo g_info;
+
+void require_init() {
+  if (!g_engine) throw py::value_error("horo has not been initialized; call horo.init() first");
+}
+
+void init(int64_t fortran_comm) {
+  if (g_engine) return;
+  Tunables tunables = Tunables::from_environment();
+  MPI_Comm user = MPI_COMM_NULL;
+  int mpi_up = 0;
+  MPI_Initialized(&mpi_up);
+  if (fortran_comm >= 0) {
+    if (!mpi_up) throw Error("a communicator was passed to horo.init() but MPI is not initialized");
+    user = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
+  }
+  MPI_Comm ours = mpi_attach(user, &g_info);
+  set_log_context(g_info.rank, tunables.log_level);
+  g_engine = std::make_unique<Engine>(std::make_unique<MpiTransport>(ours), tunables);
+}
+
+void shutdown() {
+  if (!g_engine) return;
+  py::gil_scoped_release release;
+  g_engine->shutdown();
+  g_engine.reset();
+}
+
+int enqueue_allreduce(const std::string& name, uintptr_t input, uintptr_t output, int dtype,
+                      std::vector<int64_t> shape, int op, double prescale, double postscale) {
+  require_init();
+  if (!dtype_valid(dtype)) throw py::type_error("allreduce '" + name + "': unsupported dtype code");
+  if (!op_valid(op)) throw py::value_error("allreduce '" + name + "': unsupported reduction op " + std::to_string(op));
+  TensorEntry entry;
+  entry.request.type = CollectiveType::kAllreduce;
+  entry.request.dtype = static_cast<DataType>(dtype);
+  entry.request.op = static_cast<ReduceOp>(op);
+  entry.request.prescale = prescale;
+  entry.request.postscale = postscale;
+  entry.request.shape = std::move(shape);
+  entry.request.name = name;
+  entry.input = reinterpret_cast<const void*>(input);
+  entry.output = reinterpret_cast<void*>(output);
+  return g_engine->enqueue(std::move(entry));
+}
+
+void wait(int handle) {
+  require_init();
+  std::string error;
+  {
+    py::gil_scoped_release release;
+    error = g_engine->wait(handle);
+  }
+  if (!error.empty()) throw Error(error);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "horo's compiled core: MPI transport, background coordination, fusion, ring all-reduce";
+  py::register_exception<Error>(m, "HoroError", PyExc_RuntimeError);
+
+  m.def("init", &init, py::arg("comm_f2py") = -1,
+        "Start horo on MPI_COMM_WORLD, or on the communicator with this Fortran handle (mpi4py's comm.py2f()).");
+  m.def("shutdown", &shutdown);
+  m.def("finalize", [] {
+    shutdown();
+    mpi_detach();
+  });
+  m.def("is_initialized", [] { return static_cast<bool>(g_engine); });
+  m.def("is_running", [] { return g_engine && !g_engine->stopped(); });
+  m.def("rank", [] { require_init(); return g_info.rank; });
+  m.def("size", [] { require_init(); return g_info.size; });
+  m.def("local_rank", [] { require_init(); return g_info.local_rank; });
+  m.def("local_size", [] { require_init(); return g_info.local_size; });
+  m.def("cross_rank", [] { require_init(); return g_info.cross_rank; });
+  m.def("cross_size", [] { require_init(); return g_info.cross_size; });
+  m.def("mpi_threads_supported", [] { require_init(); return g_info.threads_multiple; });
+
+  m.def("enqueue_allreduce", &enqueue_allreduce, py::arg("name"), py::arg("input"), py::arg("output"),
+        py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"));
+  m.def("poll", [](int handle) { require_init(); return g_engine->poll(handle); });
+  m.def("wait", &wait, "Block until the handle completes; raise HoroError if it failed.");
+
+  m.def("tunables", [] {
+    py::list rows;
+    for (const auto& spec : tunable_specs()) {
+      py::dict row;
+      row["env"] = spec.env;
+      row["horovod_alias"] = spec.horovod_alias;
+      row["default"] = spec.default_value;
+      row["doc"] = spec.doc;
+      rows.append(row);
+    }
+    return rows;
+  });
+}

@@ -1,0 +1,22 @@
+// Element-wise reductions and scaling, one entry point per job, dispatched on
+// dtype and op. The inner loops are plain __restrict loops the compiler
+// vectorises; integer arithmetic wraps like NumPy's.
+#pragma once
+
+#include <cstddef>
+
+#include "common/types.h"
+
+namespace horo {
+
+// dst[i] = dst[i] (op) src[i]. Average reduces as Sum (the engine scales after).
+void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, size_t count);
+
+// buf[i] *= factor. Floats scale in their own precision (16-bit floats via
+// float32); integers scale in float64 and round half to even.
+void scale_buffer(DataType dtype, void* buf, size_t count, double factor);
+
+// dst[i] = src[i] * factor (copy and scale in one pass).
+void copy_scaled(DataType dtype, void* dst, const void* src, size_t count, double factor);
+
+}  // namespace horo

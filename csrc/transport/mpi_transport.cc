@@ -1,0 +1,177 @@
+#include "transport/mpi_transport.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <thread>
+
+#include "common/error.h"
+
+namespace horo {
+
+void mpi_check(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw Error(std::string(call) + " failed: " + std::string(text, length));
+}
+
+#define HORO_MPI(call) mpi_check((call), #call)
+
+namespace {
+
+// One MPI message carries at most INT_MAX bytes; larger buffers are split.
+constexpr size_t kMaxMessageBytes = size_t(1) << 30;
+
+MPI_Datatype mpi_dtype(DataType dtype, bool* ok) {
+  *ok = true;
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: break;  // MPI has no 16-bit float reductions
+  }
+  *ok = false;
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op, bool* ok) {
+  *ok = true;
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kProduct: return MPI_PROD;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kAdasum: break;
+  }
+  *ok = false;
+  return MPI_OP_NULL;
+}
+
+}  // namespace
+
+MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
+  HORO_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  HORO_MPI(MPI_Comm_rank(comm_, &rank_));
+  HORO_MPI(MPI_Comm_size(comm_, &size_));
+}
+
+MpiTransport::~MpiTransport() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+int MpiTransport::isend(const void* buf, size_t bytes, int peer) {
+  if (bytes > kMaxMessageBytes) throw Error("point-to-point message over 1 GiB; split it");
+  MPI_Request request;
+  HORO_MPI(MPI_Isend(buf, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &request));
+  if (free_slots_.empty()) {
+    requests_.push_back(request);
+    return static_cast<int>(requests_.size() - 1);
+  }
+  int slot = free_slots_.back();
+  free_slots_.pop_back();
+  requests_[slot] = request;
+  return slot;
+}
+
+int MpiTransport::irecv(void* buf, size_t bytes, int peer) {
+  if (bytes > kMaxMessageBytes) throw Error("point-to-point message over 1 GiB; split it");
+  MPI_Request request;
+  HORO_MPI(MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &request));
+  if (free_slots_.empty()) {
+    requests_.push_back(request);
+    return static_cast<int>(requests_.size() - 1);
+  }
+  int slot = free_slots_.back();
+  free_slots_.pop_back();
+  requests_[slot] = request;
+  return slot;
+}
+
+void MpiTransport::wait(int slot) {
+  HORO_MPI(MPI_Wait(&requests_[slot], MPI_STATUS_IGNORE));
+  free_slots_.push_back(slot);
+}
+
+void MpiTransport::wait_all() {
+  if (requests_.empty()) return;
+  HORO_MPI(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  requests_.clear();
+  free_slots_.clear();
+}
+
+bool MpiTransport::native_allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  bool dtype_ok = false;
+  bool op_ok = false;
+  MPI_Datatype type = mpi_dtype(dtype, &dtype_ok);
+  MPI_Op mop = mpi_op(op, &op_ok);
+  if (!dtype_ok || !op_ok) return false;
+  // Open MPI 5's vectorised op component saturates 8-bit MPI_SUM/MPI_PROD
+  // instead of wrapping (255 + 4 gives 255); our own kernels wrap like NumPy.
+  const bool eight_bit = dtype == DataType::kUInt8 || dtype == DataType::kInt8;
+  if (eight_bit && (mop == MPI_SUM || mop == MPI_PROD)) return false;
+  const size_t max_count = kMaxMessageBytes / dtype_size(dtype);
+  char* p = static_cast<char*>(buf);
+  for (size_t done = 0; done < count;) {
+    size_t n = std::min(max_count, count - done);
+    HORO_MPI(MPI_Allreduce(MPI_IN_PLACE, p + done * dtype_size(dtype), static_cast<int>(n), type, mop, comm_));
+    done += n;
+  }
+  return true;
+}
+
+void MpiTransport::allreduce_bitand(std::vector<uint64_t>& words) {
+  MPI_Request request;
+  HORO_MPI(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND,
+                          comm_, &request));
+  // Spin briefly (the common case: every rank arrives together), then poll
+  // with short sleeps so a rank waiting for a busy peer costs little CPU.
+  using clock = std::chrono::steady_clock;
+  const auto spin_until = clock::now() + std::chrono::microseconds(50);
+  int done = 0;
+  while (true) {
+    HORO_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (clock::now() > spin_until) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+std::vector<std::string> MpiTransport::gather_bytes(const std::string& mine, int root) {
+  int my_length = static_cast<int>(mine.size());
+  std::vector<int> lengths(rank_ == root ? size_ : 0);
+  HORO_MPI(MPI_Gather(&my_length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_));
+  std::vector<int> offsets(lengths.size());
+  std::string all;
+  if (rank_ == root) {
+    int total = 0;
+    for (int r = 0; r < size_; ++r) {
+      offsets[r] = total;
+      total += lengths[r];
+    }
+    all.resize(total);
+  }
+  HORO_MPI(MPI_Gatherv(mine.data(), my_length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE,
+                       root, comm_));
+  std::vector<std::string> out;
+  if (rank_ == root) {
+    for (int r = 0; r < size_; ++r) out.emplace_back(all.substr(offsets[r], lengths[r]));
+  }
+  return out;
+}
+
+void MpiTransport::broadcast_bytes(std::string& data, int root) {
+  int64_t length = static_cast<int64_t>(data.size());
+  HORO_MPI(MPI_Bcast(&length, 1, MPI_INT64_T, root, comm_));
+  data.resize(length);
+  if (length > 0) HORO_MPI(MPI_Bcast(data.data(), static_cast<int>(length), MPI_BYTE, root, comm_));
+}
+
+}  // namespace horo

@@ -1,0 +1,44 @@
+// Transport over an MPI communicator of our own (a dup of the world or of
+// the user's communicator), so horo's traffic never matches user messages.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace horo {
+
+class MpiTransport : public Transport {
+ public:
+  // Takes ownership of `comm` (freed in the destructor).
+  explicit MpiTransport(MPI_Comm comm);
+  ~MpiTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  int isend(const void* buf, size_t bytes, int peer) override;
+  int irecv(void* buf, size_t bytes, int peer) override;
+  void wait(int slot) override;
+  void wait_all() override;
+
+  bool native_allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+
+  void allreduce_bitand(std::vector<uint64_t>& words) override;
+  std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
+  void broadcast_bytes(std::string& data, int root) override;
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<MPI_Request> requests_;
+  std::vector<int> free_slots_;
+};
+
+// Throws horo::Error naming the MPI call when it fails.
+void mpi_check(int code, const char* call);
+
+}  // namespace horo

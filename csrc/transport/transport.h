@@ -1,0 +1,43 @@
+// What an algorithm may ask of the wire. Algorithms (collectives/) see only
+// this interface; mpi_transport.cc is the one implementation today, and an
+// NCCL one slots in beside it without touching the algorithms.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+
+namespace horo {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Data plane: non-blocking point-to-point. Messages between one pair of
+  // ranks arrive in the order they were posted. Each call returns a slot
+  // that wait() completes; wait_all() completes every outstanding slot.
+  virtual int isend(const void* buf, size_t bytes, int peer) = 0;
+  virtual int irecv(void* buf, size_t bytes, int peer) = 0;
+  virtual void wait(int slot) = 0;
+  virtual void wait_all() = 0;
+
+  // The transport's own all-reduce, in place. Returns false when it cannot
+  // reduce this dtype/op natively (the caller then uses the ring).
+  virtual bool native_allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) = 0;
+
+  // Control plane, used by the controller once per cycle.
+  // Bitwise AND of `words` across ranks, in place. Waits politely: the other
+  // ranks may be busy computing, and a spinning wait would steal their core.
+  virtual void allreduce_bitand(std::vector<uint64_t>& words) = 0;
+  // Root receives every rank's bytes (index = rank); others get an empty vector.
+  virtual std::vector<std::string> gather_bytes(const std::string& mine, int root) = 0;
+  virtual void broadcast_bytes(std::string& data, int root) = 0;
+};
+
+}  // namespace horo

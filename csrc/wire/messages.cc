@@ -1,0 +1,131 @@
+#include "wire/messages.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace horo {
+
+int64_t Request::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+bool Request::same_signature(const Request& other) const {
+  return type == other.type && dtype == other.dtype && op == other.op && prescale == other.prescale &&
+         postscale == other.postscale && shape == other.shape && name == other.name;
+}
+
+std::string Request::shape_string() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+namespace {
+
+class Writer {
+ public:
+  template <typename T>
+  void put(T value) {
+    out_.append(reinterpret_cast<const char*>(&value), sizeof value);
+  }
+  void put_string(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void put_request(const Request& q) {
+    put(q.rank);
+    put(q.type);
+    put(q.dtype);
+    put(q.op);
+    put(q.prescale);
+    put(q.postscale);
+    put<uint32_t>(static_cast<uint32_t>(q.shape.size()));
+    for (int64_t d : q.shape) put(d);
+    put_string(q.name);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  bool done() const { return pos_ == in_.size(); }
+  template <typename T>
+  T get() {
+    if (pos_ + sizeof(T) > in_.size()) throw Error("corrupt control message");
+    T value;
+    std::memcpy(&value, in_.data() + pos_, sizeof value);
+    pos_ += sizeof value;
+    return value;
+  }
+  std::string get_string() {
+    uint32_t n = get<uint32_t>();
+    if (pos_ + n > in_.size()) throw Error("corrupt control message");
+    std::string s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  Request get_request() {
+    Request q;
+    q.rank = get<int32_t>();
+    q.type = get<CollectiveType>();
+    q.dtype = get<DataType>();
+    q.op = get<ReduceOp>();
+    q.prescale = get<double>();
+    q.postscale = get<double>();
+    q.shape.resize(get<uint32_t>());
+    for (auto& d : q.shape) d = get<int64_t>();
+    q.name = get_string();
+    return q;
+  }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string encode_requests(const std::vector<Request>& requests) {
+  Writer w;
+  for (const auto& q : requests) w.put_request(q);
+  return w.take();
+}
+
+std::vector<Request> decode_requests(const std::string& bytes) {
+  Reader r(bytes);
+  std::vector<Request> out;
+  while (!r.done()) out.push_back(r.get_request());
+  return out;
+}
+
+std::string encode_responses(const std::vector<Response>& responses) {
+  Writer w;
+  for (const auto& p : responses) {
+    w.put(p.kind);
+    w.put_request(p.request);
+    w.put_string(p.error);
+  }
+  return w.take();
+}
+
+std::vector<Response> decode_responses(const std::string& bytes) {
+  Reader r(bytes);
+  std::vector<Response> out;
+  while (!r.done()) {
+    Response p;
+    p.kind = r.get<Response::Kind>();
+    p.request = r.get_request();
+    p.error = r.get_string();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace horo

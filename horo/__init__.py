@@ -1,0 +1,44 @@
+"""horo: collective communication for data-parallel training.
+
+    import horo
+    horo.init()
+    grad = horo.allreduce(grad, name="grad")   # Average across ranks
+
+Launch with `mpirun -np N python train.py`; without mpirun it is a world of one.
+"""
+from horo._native import HoroError
+from horo.allreduce import (
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+)
+from horo.basics import (
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    rank,
+    shutdown,
+    size,
+    tunables,
+)
+from horo.handles import poll, synchronize
+from horo.ops import Adasum, Average, Max, Min, Product, Sum
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "HoroError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+    "cross_size", "cross_rank", "mpi_threads_supported", "tunables",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "poll", "synchronize", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+]

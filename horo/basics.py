@@ -1,0 +1,65 @@
+"""The process model: init/shutdown and where this process sits."""
+import atexit
+
+from horo._native import _core
+
+
+def init(comm=None):
+    """Starts horo on MPI_COMM_WORLD, or on `comm` (an mpi4py communicator).
+
+    MPI that mpi4py (or anyone) already initialised is joined, not restarted.
+    Without mpirun this is a world of size 1. Collective: every rank calls it.
+    """
+    if comm is None:
+        _core.init()
+    else:
+        if not hasattr(comm, "py2f"):
+            raise TypeError(f"horo.init(comm=...) takes an mpi4py communicator, not {type(comm).__name__}")
+        _core.init(comm.py2f())
+
+
+def shutdown():
+    """Stops the background thread. Pending collectives fail on every rank."""
+    _core.shutdown()
+
+
+def is_initialized():
+    return _core.is_initialized()
+
+
+def size():
+    return _core.size()
+
+
+def rank():
+    return _core.rank()
+
+
+def local_size():
+    return _core.local_size()
+
+
+def local_rank():
+    return _core.local_rank()
+
+
+def cross_size():
+    return _core.cross_size()
+
+
+def cross_rank():
+    return _core.cross_rank()
+
+
+def mpi_threads_supported():
+    return _core.mpi_threads_supported()
+
+
+def tunables():
+    """Every environment knob: name, Horovod alias, default and meaning."""
+    return _core.tunables()
+
+
+# Leave the other ranks an error rather than a hang if this process exits
+# with collectives in flight, then finalise MPI if horo started it.
+atexit.register(_core.finalize)

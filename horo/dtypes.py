@@ -1,0 +1,25 @@
+"""NumPy dtype <-> the core's dtype codes (csrc/common/types.h)."""
+import numpy as np
+
+_CODES = {
+    np.dtype(np.uint8): 0,
+    np.dtype(np.int8): 1,
+    np.dtype(np.int32): 2,
+    np.dtype(np.int64): 3,
+    np.dtype(np.float16): 4,
+    np.dtype(np.float32): 6,
+    np.dtype(np.float64): 7,
+}
+_BFLOAT16 = 5
+
+
+def code_of(dtype, tensor_name):
+    dtype = np.dtype(dtype)
+    code = _CODES.get(dtype)
+    if code is not None:
+        return code
+    # ml_dtypes' bfloat16 (what TensorFlow and JAX hand to NumPy).
+    if dtype.name == "bfloat16" and dtype.itemsize == 2:
+        return _BFLOAT16
+    supported = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
+    raise TypeError(f"'{tensor_name}': dtype {dtype} is not supported (supported: {supported})")

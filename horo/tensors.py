@@ -1,0 +1,30 @@
+"""Turning what callers pass into a buffer the core can use, or saying why not."""
+import numpy as np
+
+
+def as_array(tensor, name, in_place=False):
+    """A C-contiguous ndarray viewing `tensor`'s memory (never a copy)."""
+    if isinstance(tensor, np.ndarray):
+        array = tensor
+    elif hasattr(tensor, "__dlpack__"):
+        array = np.from_dlpack(tensor)
+    else:
+        try:
+            array = np.asarray(memoryview(tensor))
+        except TypeError:
+            raise TypeError(
+                f"'{name}': expected a NumPy array or an object with the buffer protocol or __dlpack__, "
+                f"got {type(tensor).__name__}"
+            ) from None
+    if not array.flags.c_contiguous:
+        raise ValueError(
+            f"'{name}': tensor is not contiguous (shape {array.shape}, strides {array.strides}); "
+            "pass np.ascontiguousarray(tensor)"
+        )
+    if in_place and not array.flags.writeable:
+        raise ValueError(f"'{name}': an in-place collective needs a writable tensor, this one is read-only")
+    return array
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
