@@ -29,6 +29,7 @@ def _enqueue(tensor, output, name, op, prescale_factor, postscale_factor, keepal
             float(prescale_factor),
             float(postscale_factor),
         ),
+        name,
         output,
         keepalive,
     )
@@ -50,7 +51,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     array = as_array(tensor, name, in_place=True)
     handle = _enqueue(array, array, name, op, prescale_factor, postscale_factor, (array,))
     if array is not tensor:  # a DLPack/buffer view: hand the caller's object back
-        track(handle, tensor, (array, tensor))
+        track(handle, name, tensor, (array, tensor))
     return handle
 
 

@@ -1,21 +1,27 @@
 #include "collectives/ring_allreduce.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "reduce/reduce_kernels.h"
 
 namespace horo {
 
-void RingAllreduce::run(Transport& transport, void* buf, size_t count, DataType dtype, ReduceOp op) {
+void RingAllreduce::run(Transport& transport, const void* input, void* output, size_t count, DataType dtype,
+                        ReduceOp op) {
   const int n = transport.size();
   const int r = transport.rank();
-  if (n == 1 || count == 0) return;
+  if (n == 1 || count == 0) {
+    if (input != output) std::memcpy(output, input, count * dtype_size(dtype));
+    return;
+  }
 
   const size_t esize = dtype_size(dtype);
   const size_t chunk_elems = std::max<size_t>(1, chunk_bytes_ / esize);
   const size_t slot_bytes = chunk_elems * esize;
   if (scratch_.size() < kWindow * slot_bytes) scratch_.resize(kWindow * slot_bytes);
-  char* data = static_cast<char*>(buf);
+  char* data = static_cast<char*>(output);
+  const char* in = static_cast<const char*>(input);
 
   // Segment i: the first count % n segments hold one element more.
   const size_t base = count / n, extra = count % n;
@@ -42,7 +48,7 @@ void RingAllreduce::run(Transport& transport, void* buf, size_t count, DataType 
     for (size_t k = 0; k < chunks_of(seg); ++k) {
       size_t off, len;
       chunk_range(seg, k, &off, &len);
-      sends[0].push_back(transport.isend(data + off * esize, len * esize, right));
+      sends[0].push_back(transport.isend(in + off * esize, len * esize, right));
     }
   }
 
@@ -67,7 +73,11 @@ void RingAllreduce::run(Transport& transport, void* buf, size_t count, DataType 
       transport.wait(recv_slots[k % kWindow]);
       size_t off, len;
       chunk_range(seg, k, &off, &len);
-      if (reduce) reduce_into(dtype, op, data + off * esize, scratch_.data() + (k % kWindow) * slot_bytes, len);
+      // A segment is received at most once per reduce-scatter, so its local
+      // contribution is still the untouched input.
+      const char* landed = scratch_.data() + (k % kWindow) * slot_bytes;
+      if (reduce && in == data) reduce_into(dtype, op, data + off * esize, landed, len);
+      if (reduce && in != data) reduce_to(dtype, op, data + off * esize, in + off * esize, landed, len);
       if (k + kWindow < nchunks) post(k + kWindow);
       if (s + 1 < steps) sends[s + 1].push_back(transport.isend(data + off * esize, len * esize, right));
     }

@@ -16,10 +16,13 @@ class RingAllreduce {
  public:
   explicit RingAllreduce(size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
 
-  // Reduces `count` elements of `buf` in place across every rank of
-  // `transport`. Every rank ends with bit-identical values: each segment is
-  // reduced once, in ring order, by one rank, then copied to the others.
-  void run(Transport& transport, void* buf, size_t count, DataType dtype, ReduceOp op);
+  // Reduces `count` elements of `input` across every rank of `transport`
+  // into `output` (which may be `input`). Out of place, the input is read
+  // where it lies and never copied: each segment's first reduction writes
+  // input (op) received into the output. Every rank ends with bit-identical
+  // values: each segment is reduced once, in ring order, by one rank, then
+  // copied to the others.
+  void run(Transport& transport, const void* input, void* output, size_t count, DataType dtype, ReduceOp op);
 
  private:
   static constexpr int kWindow = 4;  // receives posted ahead per step

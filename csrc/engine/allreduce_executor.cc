@@ -4,13 +4,13 @@
 
 namespace horo {
 
-void AllreduceExecutor::reduce_in_place(void* buf, size_t count, DataType dtype, ReduceOp op) {
+void AllreduceExecutor::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
   const std::string& algo = tunables_.allreduce_algo;
   const bool use_ring =
       algo == "ring" ||
       (algo == "auto" && static_cast<int64_t>(count * dtype_size(dtype)) >= tunables_.ring_min_bytes);
-  if (use_ring || !transport_.native_allreduce(buf, count, dtype, op)) {
-    ring_.run(transport_, buf, count, dtype, op);
+  if (use_ring || !transport_.native_allreduce(input, output, count, dtype, op)) {
+    ring_.run(transport_, input, output, count, dtype, op);
   }
 }
 
@@ -22,11 +22,15 @@ void AllreduceExecutor::run(std::vector<TensorEntry>& entries) {
   if (spec.op == ReduceOp::kAverage) postscale /= transport_.size();
 
   if (entries.size() == 1) {
-    // No staging: reduce straight in the output buffer.
+    // No staging: the algorithm reads the input and writes the output directly.
     TensorEntry& e = entries.front();
     const size_t count = static_cast<size_t>(e.request.num_elements());
-    copy_scaled(dtype, e.output, e.input, count, spec.prescale);
-    reduce_in_place(e.output, count, dtype, spec.op);
+    const void* input = e.input;
+    if (spec.prescale != 1.0) {
+      copy_scaled(dtype, e.output, e.input, count, spec.prescale);
+      input = e.output;
+    }
+    reduce(input, e.output, count, dtype, spec.op);
     scale_buffer(dtype, e.output, count, postscale);
     return;
   }
@@ -40,7 +44,7 @@ void AllreduceExecutor::run(std::vector<TensorEntry>& entries) {
     copy_scaled(dtype, buf + offset * esize, e.input, count, spec.prescale);
     offset += count;
   }
-  reduce_in_place(buf, total, dtype, spec.op);
+  reduce(buf, buf, total, dtype, spec.op);
   offset = 0;
   for (auto& e : entries) {
     const size_t count = static_cast<size_t>(e.request.num_elements());

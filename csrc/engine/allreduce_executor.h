@@ -22,7 +22,7 @@ class AllreduceExecutor {
   void run(std::vector<TensorEntry>& entries);
 
  private:
-  void reduce_in_place(void* buf, size_t count, DataType dtype, ReduceOp op);
+  void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op);
 
   Transport& transport_;
   const Tunables& tunables_;

@@ -49,33 +49,55 @@ struct Max {
   static T apply(T a, T b) { return a < b ? b : a; }
 };
 
-template <typename T, typename Op>
-void reduce_native(void* dst_v, const void* src_v, size_t n) {
-  T* __restrict dst = static_cast<T*>(dst_v);
-  const T* __restrict src = static_cast<const T*>(src_v);
-  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(dst[i], src[i]);
+// dst = dst op src when out == a; out = a op b for disjoint buffers. Two
+// instantiations keep __restrict honest and both loops vectorised.
+template <typename T, typename Op, bool InPlace>
+void reduce_native(void* out_v, const void* a_v, const void* b_v, size_t n) {
+  const T* __restrict b = static_cast<const T*>(b_v);
+  if constexpr (InPlace) {
+    T* __restrict dst = static_cast<T*>(out_v);
+    for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(dst[i], b[i]);
+  } else {
+    T* __restrict out = static_cast<T*>(out_v);
+    const T* __restrict a = static_cast<const T*>(a_v);
+    for (size_t i = 0; i < n; ++i) out[i] = Op::apply(a[i], b[i]);
+  }
 }
 
 // 16-bit floats: widen, reduce, round once.
-template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), typename Op>
-void reduce_half(void* dst_v, const void* src_v, size_t n) {
-  uint16_t* __restrict dst = static_cast<uint16_t*>(dst_v);
-  const uint16_t* __restrict src = static_cast<const uint16_t*>(src_v);
-  for (size_t i = 0; i < n; ++i) dst[i] = Narrow(Op::apply(Widen(dst[i]), Widen(src[i])));
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), typename Op, bool InPlace>
+void reduce_half(void* out_v, const void* a_v, const void* b_v, size_t n) {
+  uint16_t* out = static_cast<uint16_t*>(out_v);
+  const uint16_t* a = static_cast<const uint16_t*>(a_v);
+  const uint16_t* __restrict b = static_cast<const uint16_t*>(b_v);
+  for (size_t i = 0; i < n; ++i) out[i] = Narrow(Op::apply(Widen(a[i]), Widen(b[i])));
 }
 
-template <typename Op>
-void reduce_typed(DataType dtype, void* dst, const void* src, size_t n) {
+template <typename Op, bool InPlace>
+void reduce_typed(DataType dtype, void* out, const void* a, const void* b, size_t n) {
   switch (dtype) {
-    case DataType::kUInt8: return reduce_native<uint8_t, Op>(dst, src, n);
-    case DataType::kInt8: return reduce_native<int8_t, Op>(dst, src, n);
-    case DataType::kInt32: return reduce_native<int32_t, Op>(dst, src, n);
-    case DataType::kInt64: return reduce_native<int64_t, Op>(dst, src, n);
-    case DataType::kFloat32: return reduce_native<float, Op>(dst, src, n);
-    case DataType::kFloat64: return reduce_native<double, Op>(dst, src, n);
-    case DataType::kFloat16: return reduce_half<half_to_float, float_to_half, Op>(dst, src, n);
-    case DataType::kBFloat16: return reduce_half<bfloat16_to_float, float_to_bfloat16, Op>(dst, src, n);
+    case DataType::kUInt8: return reduce_native<uint8_t, Op, InPlace>(out, a, b, n);
+    case DataType::kInt8: return reduce_native<int8_t, Op, InPlace>(out, a, b, n);
+    case DataType::kInt32: return reduce_native<int32_t, Op, InPlace>(out, a, b, n);
+    case DataType::kInt64: return reduce_native<int64_t, Op, InPlace>(out, a, b, n);
+    case DataType::kFloat32: return reduce_native<float, Op, InPlace>(out, a, b, n);
+    case DataType::kFloat64: return reduce_native<double, Op, InPlace>(out, a, b, n);
+    case DataType::kFloat16: return reduce_half<half_to_float, float_to_half, Op, InPlace>(out, a, b, n);
+    case DataType::kBFloat16: return reduce_half<bfloat16_to_float, float_to_bfloat16, Op, InPlace>(out, a, b, n);
   }
+}
+
+template <bool InPlace>
+void reduce_dispatch(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t n) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum: return reduce_typed<Sum, InPlace>(dtype, out, a, b, n);
+    case ReduceOp::kProduct: return reduce_typed<Product, InPlace>(dtype, out, a, b, n);
+    case ReduceOp::kMin: return reduce_typed<Min, InPlace>(dtype, out, a, b, n);
+    case ReduceOp::kMax: return reduce_typed<Max, InPlace>(dtype, out, a, b, n);
+    case ReduceOp::kAdasum: break;
+  }
+  throw Error(std::string("reduction op ") + op_name(op) + " is not supported");
 }
 
 template <typename T>
@@ -108,15 +130,11 @@ void copy_scaled_half(void* dst_v, const void* src_v, size_t n, double factor) {
 }  // namespace
 
 void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, size_t count) {
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum: return reduce_typed<Sum>(dtype, dst, src, count);
-    case ReduceOp::kProduct: return reduce_typed<Product>(dtype, dst, src, count);
-    case ReduceOp::kMin: return reduce_typed<Min>(dtype, dst, src, count);
-    case ReduceOp::kMax: return reduce_typed<Max>(dtype, dst, src, count);
-    case ReduceOp::kAdasum: break;
-  }
-  throw Error(std::string("reduction op ") + op_name(op) + " is not supported");
+  reduce_dispatch<true>(dtype, op, dst, dst, src, count);
+}
+
+void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t count) {
+  reduce_dispatch<false>(dtype, op, out, a, b, count);
 }
 
 void copy_scaled(DataType dtype, void* dst, const void* src, size_t count, double factor) {

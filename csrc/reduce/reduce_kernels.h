@@ -12,6 +12,11 @@ namespace horo {
 // dst[i] = dst[i] (op) src[i]. Average reduces as Sum (the engine scales after).
 void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, size_t count);
 
+// out[i] = a[i] (op) b[i], for buffers that do not overlap: lets an
+// out-of-place collective combine its input with what arrives without first
+// copying the input.
+void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t count);
+
 // buf[i] *= factor. Floats scale in their own precision (16-bit floats via
 // float32); integers scale in float64 and round half to even.
 void scale_buffer(DataType dtype, void* buf, size_t count, double factor);

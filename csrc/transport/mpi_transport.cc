@@ -108,7 +108,7 @@ void MpiTransport::wait_all() {
   free_slots_.clear();
 }
 
-bool MpiTransport::native_allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+bool MpiTransport::native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
   bool dtype_ok = false;
   bool op_ok = false;
   MPI_Datatype type = mpi_dtype(dtype, &dtype_ok);
@@ -118,11 +118,14 @@ bool MpiTransport::native_allreduce(void* buf, size_t count, DataType dtype, Red
   // instead of wrapping (255 + 4 gives 255); our own kernels wrap like NumPy.
   const bool eight_bit = dtype == DataType::kUInt8 || dtype == DataType::kInt8;
   if (eight_bit && (mop == MPI_SUM || mop == MPI_PROD)) return false;
-  const size_t max_count = kMaxMessageBytes / dtype_size(dtype);
-  char* p = static_cast<char*>(buf);
+  const size_t esize = dtype_size(dtype);
+  const size_t max_count = kMaxMessageBytes / esize;
+  const char* in = static_cast<const char*>(input);
+  char* out = static_cast<char*>(output);
   for (size_t done = 0; done < count;) {
-    size_t n = std::min(max_count, count - done);
-    HORO_MPI(MPI_Allreduce(MPI_IN_PLACE, p + done * dtype_size(dtype), static_cast<int>(n), type, mop, comm_));
+    const size_t n = std::min(max_count, count - done);
+    const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + done * esize);
+    HORO_MPI(MPI_Allreduce(send, out + done * esize, static_cast<int>(n), type, mop, comm_));
     done += n;
   }
   return true;

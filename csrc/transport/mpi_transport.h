@@ -24,7 +24,7 @@ class MpiTransport : public Transport {
   void wait(int slot) override;
   void wait_all() override;
 
-  bool native_allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override;
 
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;

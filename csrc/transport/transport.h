@@ -27,9 +27,9 @@ class Transport {
   virtual void wait(int slot) = 0;
   virtual void wait_all() = 0;
 
-  // The transport's own all-reduce, in place. Returns false when it cannot
-  // reduce this dtype/op natively (the caller then uses the ring).
-  virtual bool native_allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) = 0;
+  // The transport's own all-reduce (output may equal input). Returns false
+  // when it cannot reduce this dtype/op correctly (the caller uses the ring).
+  virtual bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) = 0;
 
   // Control plane, used by the controller once per cycle.
   // Bitwise AND of `words` across ranks, in place. Waits politely: the other
