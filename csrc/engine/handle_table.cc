@@ -1,12 +1,20 @@
 #include "engine/handle_table.h"
 
+#include <atomic>
+
 #include "common/error.h"
 
 namespace horo {
 
+namespace {
+// Unique for the whole process, so a handle kept across shutdown and a new
+// init() can never be confused with one of the new engine's.
+std::atomic<int> g_next_handle{1};
+}  // namespace
+
 int HandleTable::create() {
   std::lock_guard<std::mutex> lock(mutex_);
-  int handle = next_++;
+  const int handle = g_next_handle++;
   states_.emplace(handle, State{});
   return handle;
 }

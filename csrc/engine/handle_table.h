@@ -27,7 +27,6 @@ class HandleTable {
   std::mutex mutex_;
   std::condition_variable done_cv_;
   std::unordered_map<int, State> states_;
-  int next_ = 1;
 };
 
 }  // namespace horo
