@@ -10,7 +10,7 @@ void AllreduceExecutor::reduce(const void* input, void* output, size_t count, Da
       algo == "ring" ||
       (algo == "auto" && static_cast<int64_t>(count * dtype_size(dtype)) >= tunables_.ring_min_bytes);
   if (use_ring || !transport_.native_allreduce(input, output, count, dtype, op)) {
-    ring_.run(transport_, input, output, count, dtype, op);
+    ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, output, dtype, op);
   }
 }
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "collectives/ring_allreduce.h"
+#include "collectives/ring.h"
 #include "common/tunables.h"
 #include "engine/fusion_buffer.h"
 #include "engine/tensor_queue.h"
@@ -26,7 +26,7 @@ class AllreduceExecutor {
 
   Transport& transport_;
   const Tunables& tunables_;
-  RingAllreduce ring_;
+  Ring ring_;
   FusionBuffer fusion_;
 };
 
