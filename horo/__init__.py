@@ -7,6 +7,17 @@
 Launch with `mpirun -np N python train.py`; without mpirun it is a world of one.
 """
 from horo._native import HoroError
+from horo.allgather import allgather, allgather_async, grouped_allgather, grouped_allgather_async
+from horo.alltoall import alltoall, alltoall_async
+from horo.barrier import barrier
+from horo.broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
+from horo.objects import allgather_object, broadcast_object
+from horo.reducescatter import (
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    reducescatter,
+    reducescatter_async,
+)
 from horo.allreduce import (
     allreduce,
     allreduce_,
@@ -40,5 +51,10 @@ __all__ = [
     "cross_size", "cross_rank", "mpi_threads_supported", "tunables",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "barrier",
+    "broadcast_object", "allgather_object",
     "poll", "synchronize", "Average", "Sum", "Adasum", "Min", "Max", "Product",
 ]

@@ -1,12 +1,12 @@
 """Async handles: what the core returns at enqueue, and what synchronize() hands back."""
 from horo._native import HoroError, _core
 
-# handle -> (tensor name, output array, arrays the core reads or writes until completion)
+# handle -> (tensor name, finish(core_result) -> user result, objects to keep alive until completion)
 _outstanding = {}
 
 
-def track(handle, name, output, keepalive):
-    _outstanding[handle] = (name, output, keepalive)
+def track(handle, name, finish, keepalive):
+    _outstanding[handle] = (name, finish, keepalive)
     return handle
 
 
@@ -23,7 +23,20 @@ def synchronize(handle):
         name = _outstanding.pop(handle)[0]
         raise HoroError(f"'{name}': horo was shut down while this collective was pending")
     try:
-        _core.wait(handle)
+        result = _core.wait(handle)
     finally:
         entry = _outstanding.pop(handle, None)
-    return entry[1] if entry is not None else None
+    return entry[1](result) if entry is not None else None
+
+
+def synchronize_all(handles):
+    """Waits for every handle, even after one fails, so none is left in flight; then raises the first error."""
+    results, error = [], None
+    for handle in handles:
+        try:
+            results.append(synchronize(handle))
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            error = error or e
+    if error is not None:
+        raise error
+    return results

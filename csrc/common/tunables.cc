@@ -16,6 +16,8 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024",
        "responses remembered so repeated tensors skip negotiation; 0 disables the cache"},
       {"HORO_ALLREDUCE_ALGO", "", "auto", "ring | mpi | auto (ring from HORO_RING_MIN_BYTES up)"},
+      {"HORO_ALLGATHER_ALGO", "", "auto", "ring | mpi | auto, as for allreduce"},
+      {"HORO_REDUCESCATTER_ALGO", "", "auto", "ring | mpi | auto, as for allreduce"},
       {"HORO_RING_MIN_BYTES", "", "262144", "auto picks the ring all-reduce at and above this many bytes"},
       {"HORO_RING_CHUNK_BYTES", "", "262144", "pipeline chunk of the ring: small enough to stay in L2"},
       {"HORO_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
@@ -53,6 +55,14 @@ double number(const char* env) {
   }
 }
 
+std::string algorithm(const char* env) {
+  std::string value = lookup(env);
+  if (value != "ring" && value != "mpi" && value != "auto") {
+    throw Error(std::string(env) + "='" + value + "' must be ring, mpi or auto");
+  }
+  return value;
+}
+
 int log_level_from(const std::string& text) {
   if (text == "error" || text == "ERROR" || text == "0") return 0;
   if (text == "warning" || text == "WARNING" || text == "1") return 1;
@@ -68,10 +78,9 @@ Tunables Tunables::from_environment() {
   t.fusion_threshold_bytes = static_cast<int64_t>(number("HORO_FUSION_THRESHOLD"));
   t.cycle_time_ms = number("HORO_CYCLE_TIME");
   t.cache_capacity = static_cast<int>(number("HORO_CACHE_CAPACITY"));
-  t.allreduce_algo = lookup("HORO_ALLREDUCE_ALGO");
-  if (t.allreduce_algo != "ring" && t.allreduce_algo != "mpi" && t.allreduce_algo != "auto") {
-    throw Error("HORO_ALLREDUCE_ALGO='" + t.allreduce_algo + "' must be ring, mpi or auto");
-  }
+  t.allreduce_algo = algorithm("HORO_ALLREDUCE_ALGO");
+  t.allgather_algo = algorithm("HORO_ALLGATHER_ALGO");
+  t.reducescatter_algo = algorithm("HORO_REDUCESCATTER_ALGO");
   t.ring_min_bytes = static_cast<int64_t>(number("HORO_RING_MIN_BYTES"));
   t.ring_chunk_bytes = static_cast<int64_t>(number("HORO_RING_CHUNK_BYTES"));
   if (t.ring_chunk_bytes < 4096) t.ring_chunk_bytes = 4096;

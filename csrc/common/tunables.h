@@ -23,6 +23,8 @@ struct Tunables {
   double cycle_time_ms;
   int cache_capacity;
   std::string allreduce_algo;  // ring | mpi | auto
+  std::string allgather_algo;
+  std::string reducescatter_algo;
   int64_t ring_min_bytes;      // auto: ring at and above this size, MPI below
   int64_t ring_chunk_bytes;
   double stall_check_seconds;

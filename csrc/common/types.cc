@@ -58,8 +58,15 @@ bool op_valid(int code) { return code >= 0 && code <= 5 && code != 2; }
 const char* collective_name(CollectiveType type) {
   switch (type) {
     case CollectiveType::kAllreduce: return "allreduce";
+    case CollectiveType::kBroadcast: return "broadcast";
+    case CollectiveType::kAllgather: return "allgather";
+    case CollectiveType::kAlltoall: return "alltoall";
+    case CollectiveType::kReducescatter: return "reducescatter";
+    case CollectiveType::kBarrier: return "barrier";
   }
   return "unknown";
 }
+
+bool collective_valid(int code) { return code >= 0 && code < kNumCollectiveTypes; }
 
 }  // namespace horo

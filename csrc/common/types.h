@@ -32,7 +32,13 @@ enum class ReduceOp : uint8_t {
 
 enum class CollectiveType : uint8_t {
   kAllreduce = 0,
+  kBroadcast = 1,
+  kAllgather = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
 };
+constexpr int kNumCollectiveTypes = 6;
 
 size_t dtype_size(DataType dtype);
 const char* dtype_name(DataType dtype);
@@ -43,5 +49,6 @@ const char* op_name(ReduceOp op);
 bool op_valid(int code);
 
 const char* collective_name(CollectiveType type);
+bool collective_valid(int code);
 
 }  // namespace horo

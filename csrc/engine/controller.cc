@@ -57,7 +57,9 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
     if (p.sent) continue;
     p.cache_bit = -1;
     int bit = -1;
-    switch (cache_.enabled() ? cache_.lookup(p.request, &bit) : ResponseCache::Lookup::kMiss) {
+    const auto found = cache_.enabled() ? cache_.lookup(p.request, transport_.rank(), transport_.size(), &bit)
+                                        : ResponseCache::Lookup::kMiss;
+    switch (found) {
       case ResponseCache::Lookup::kHit: {
         // A cached tensor other ranks never submit would stall invisibly; after
         // the stall time it is evicted so the coordinator can name the missing ranks.
@@ -176,29 +178,74 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
 
 Response Controller::match(const std::string& name, const TableEntry& entry) const {
   const Request& first = entry.by_rank[0];
+  const int n = static_cast<int>(entry.by_rank.size());
   Response response;
   response.request = first;
-  const int n = static_cast<int>(entry.by_rank.size());
-  // Name the first property that differs, with every rank's value.
+  const std::string kind = collective_name(first.type);
+  auto fail = [&](const std::string& why) {
+    response.kind = Response::Kind::kError;
+    response.error = kind + " '" + name + "': " + why;
+    return true;
+  };
+  // Names the first property that differs, with every rank's value.
   auto differ = [&](const char* what, auto value_of) {
     for (int r = 1; r < n; ++r) {
-      if (value_of(entry.by_rank[r]) != value_of(first)) {
-        std::string msg = std::string(collective_name(first.type)) + " '" + name + "': " + what +
-                          " differs across ranks:";
-        for (int k = 0; k < n; ++k) msg += (k ? "," : "") + std::string(" rank ") + std::to_string(k) + " " + value_of(entry.by_rank[k]);
-        response.kind = Response::Kind::kError;
-        response.error = msg;
-        return true;
-      }
+      if (value_of(entry.by_rank[r]) == value_of(first)) continue;
+      std::string values;
+      for (int k = 0; k < n; ++k) values += (k ? ", rank " : "rank ") + std::to_string(k) + " " + value_of(entry.by_rank[k]);
+      return fail(std::string(what) + " differs across ranks: " + values);
     }
     return false;
   };
-  differ("collective", [](const Request& q) { return std::string(collective_name(q.type)); }) ||
-      differ("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); }) ||
-      differ("shape", [](const Request& q) { return q.shape_string(); }) ||
-      differ("reduction op", [](const Request& q) { return std::string(op_name(q.op)); }) ||
-      differ("prescale_factor", [](const Request& q) { return format_scale(q.prescale); }) ||
-      differ("postscale_factor", [](const Request& q) { return format_scale(q.postscale); });
+  auto trailing_dims = [](const Request& q) {
+    Request rest = q;
+    if (!rest.shape.empty()) rest.shape.erase(rest.shape.begin());
+    return std::to_string(q.shape.size()) + "-d, " + rest.shape_string() + " after the first dimension";
+  };
+  const bool ragged = first.type == CollectiveType::kAllgather || first.type == CollectiveType::kAlltoall;
+  const bool reduces = first.type == CollectiveType::kAllreduce || first.type == CollectiveType::kReducescatter;
+  if (differ("collective", [](const Request& q) { return std::string(collective_name(q.type)); })) return response;
+  if (first.type == CollectiveType::kBarrier) return response;
+  if (differ("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); })) return response;
+  if (ragged ? differ("shape", trailing_dims) : differ("shape", [](const Request& q) { return q.shape_string(); })) {
+    return response;
+  }
+  if (reduces && (differ("reduction op", [](const Request& q) { return std::string(op_name(q.op)); }) ||
+                  differ("prescale_factor", [](const Request& q) { return format_scale(q.prescale); }) ||
+                  differ("postscale_factor", [](const Request& q) { return format_scale(q.postscale); }))) {
+    return response;
+  }
+  if (first.type == CollectiveType::kBroadcast) {
+    if (differ("root rank", [](const Request& q) { return std::to_string(q.root); })) return response;
+    if (first.root < 0 || first.root >= n) {
+      fail("root rank " + std::to_string(first.root) + " is outside the " + std::to_string(n) + " ranks");
+      return response;
+    }
+  }
+  if (first.type == CollectiveType::kAllgather) {
+    for (const Request& q : entry.by_rank) response.per_rank.push_back(q.shape[0]);
+  }
+  if (first.type == CollectiveType::kAlltoall) {
+    for (int r = 0; r < n; ++r) {
+      const Request& q = entry.by_rank[r];
+      int64_t sum = 0;
+      bool negative = false;
+      for (int64_t s : q.splits) {
+        sum += s;
+        negative |= s < 0;
+      }
+      if (static_cast<int>(q.splits.size()) != n || negative || sum != q.shape[0]) {
+        Request shown = q;
+        shown.shape = q.splits;
+        fail("rank " + std::to_string(r) + "'s splits " + shown.shape_string() + " must be " + std::to_string(n) +
+             " non-negative row counts summing to its first dimension " + std::to_string(q.shape[0]));
+        return response;
+      }
+    }
+    for (const Request& q : entry.by_rank) {
+      response.per_rank.insert(response.per_rank.end(), q.splits.begin(), q.splits.end());
+    }
+  }
   return response;
 }
 

@@ -13,7 +13,7 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables)
     : tunables_(tunables),
       transport_(std::move(transport)),
       controller_(*transport_, tunables_),
-      allreduce_(*transport_, tunables_) {
+      executor_(*transport_, tunables_) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -104,12 +104,12 @@ void Engine::execute(std::vector<Response> responses) {
     }
     std::string error;
     try {
-      allreduce_.run(entries);
+      executor_.run(group, entries);
     } catch (const Error& e) {
       error = std::string(collective_name(group.front().request.type)) + " '" + group.front().request.name +
               "' failed: " + e.what();
     }
-    for (auto& e : entries) handles_.complete(e.handle, error);
+    for (auto& e : entries) handles_.complete(e.handle, error, std::move(e.allocated));
   }
 }
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/tunables.h"
-#include "engine/allreduce_executor.h"
+#include "engine/executor.h"
 #include "engine/controller.h"
 #include "engine/handle_table.h"
 #include "engine/tensor_queue.h"
@@ -25,8 +25,8 @@ class Engine {
   // Hands a tensor to the background thread; returns its handle at once.
   int enqueue(TensorEntry entry);
   bool poll(int handle) { return handles_.poll(handle); }
-  // Blocks; returns the error message ("" on success).
-  std::string wait(int handle) { return handles_.wait(handle); }
+  // Blocks until the handle completes.
+  HandleTable::Result wait(int handle) { return handles_.wait(handle); }
   // Collective in effect: the first rank to ask stops every rank's loop.
   void shutdown();
   bool stopped() const { return stopped_; }
@@ -41,7 +41,7 @@ class Engine {
   TensorQueue queue_;
   HandleTable handles_;
   Controller controller_;
-  AllreduceExecutor allreduce_;
+  Executor executor_;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::string stop_reason_;

@@ -13,17 +13,19 @@ size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements())
 
 std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes) {
   std::vector<std::vector<Response>> groups;
-  using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double>;
+  using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double, int32_t>;
   std::map<Key, size_t> open;  // key -> index into groups of the group still filling
   std::vector<size_t> filled(0);
   for (Response& response : responses) {
     const Request& q = response.request;
-    if (response.kind != Response::Kind::kExecute || threshold_bytes == 0) {
+    // Alltoall and barrier have no fused form; errors travel alone.
+    const bool fusable = q.type != CollectiveType::kAlltoall && q.type != CollectiveType::kBarrier;
+    if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable) {
       groups.push_back({std::move(response)});
       filled.push_back(0);
       continue;
     }
-    const Key key{q.type, q.dtype, q.op, q.prescale, q.postscale};
+    const Key key{q.type, q.dtype, q.op, q.prescale, q.postscale, q.root};
     const size_t bytes = bytes_of(q);
     auto it = open.find(key);
     if (it != open.end() && filled[it->second] + bytes <= threshold_bytes) {

@@ -19,13 +19,13 @@ int HandleTable::create() {
   return handle;
 }
 
-void HandleTable::complete(int handle, std::string error) {
+void HandleTable::complete(int handle, std::string error, std::shared_ptr<AllocatedOutput> allocated) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = states_.find(handle);
     if (it == states_.end()) return;
     it->second.done = true;
-    it->second.error = std::move(error);
+    it->second.result = Result{std::move(error), std::move(allocated)};
   }
   done_cv_.notify_all();
 }
@@ -37,14 +37,14 @@ bool HandleTable::poll(int handle) {
   return it->second.done;
 }
 
-std::string HandleTable::wait(int handle) {
+HandleTable::Result HandleTable::wait(int handle) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = states_.find(handle);
   if (it == states_.end()) throw Error("unknown handle " + std::to_string(handle) + " (already synchronized?)");
   done_cv_.wait(lock, [&] { return it->second.done; });
-  std::string error = std::move(it->second.error);
+  Result result = std::move(it->second.result);
   states_.erase(it);
-  return error;
+  return result;
 }
 
 }  // namespace horo

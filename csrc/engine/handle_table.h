@@ -3,26 +3,33 @@
 #pragma once
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "engine/tensor_queue.h"
 
 namespace horo {
 
 class HandleTable {
  public:
   int create();
+  struct Result {
+    std::string error;  // empty on success
+    std::shared_ptr<AllocatedOutput> allocated;
+  };
   // An empty `error` means success.
-  void complete(int handle, std::string error);
+  void complete(int handle, std::string error, std::shared_ptr<AllocatedOutput> allocated = nullptr);
   // Throws horo::Error for a handle that does not exist (or was synchronised).
   bool poll(int handle);
-  // Blocks until the handle completes, forgets it, returns its error ("" = ok).
-  std::string wait(int handle);
+  // Blocks until the handle completes, forgets it, returns its result.
+  Result wait(int handle);
 
  private:
   struct State {
     bool done = false;
-    std::string error;
+    Result result;
   };
   std::mutex mutex_;
   std::condition_variable done_cv_;

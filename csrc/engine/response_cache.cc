@@ -2,11 +2,11 @@
 
 namespace horo {
 
-ResponseCache::Lookup ResponseCache::lookup(const Request& request, int* bit) const {
+ResponseCache::Lookup ResponseCache::lookup(const Request& request, int rank, int size, int* bit) const {
   auto it = bit_of_name_.find(request.name);
   if (it == bit_of_name_.end()) return Lookup::kMiss;
   *bit = it->second;
-  return slots_[it->second].response.request.same_signature(request) ? Lookup::kHit : Lookup::kStale;
+  return slots_[it->second].response.answers(request, rank, size) ? Lookup::kHit : Lookup::kStale;
 }
 
 void ResponseCache::touch(int bit) {

@@ -21,7 +21,7 @@ class ResponseCache {
   explicit ResponseCache(int capacity) : capacity_(capacity) {}
 
   enum class Lookup { kMiss, kHit, kStale };  // kStale: same name, other signature
-  Lookup lookup(const Request& request, int* bit) const;
+  Lookup lookup(const Request& request, int rank, int size, int* bit) const;
 
   const Response& get(int bit) const { return slots_[bit].response; }
   bool contains(int bit) const { return bit < static_cast<int>(slots_.size()) && slots_[bit].used; }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -14,10 +15,19 @@
 
 namespace horo {
 
+// An output only the agreed response can size (allgather, alltoall): the
+// core allocates it and hands it to the caller with its shape.
+struct AllocatedOutput {
+  std::vector<char> bytes;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> received_splits;  // alltoall
+};
+
 struct TensorEntry {
   Request request;
   const void* input = nullptr;
-  void* output = nullptr;
+  void* output = nullptr;  // null: the core allocates `allocated`
+  std::shared_ptr<AllocatedOutput> allocated;
   int handle = 0;
 };
 

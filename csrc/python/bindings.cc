@@ -3,6 +3,7 @@
 // NumPy API and every framework plugin are thin Python adapters over it, so
 // no framework header is ever compiled in and one build serves every
 // framework version.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -20,7 +21,8 @@ using namespace horo;
 
 namespace {
 
-std::unique_ptr<Engine> g_engine;
+// Shared: a thread blocked in wait() keeps the engine alive while another shuts it down.
+std::shared_ptr<Engine> g_engine;
 ProcessInfo g_info;
 
 void require_init() {
@@ -39,7 +41,7 @@ void init(int64_t fortran_comm) {
   }
   MPI_Comm ours = mpi_attach(user, &g_info);
   set_log_context(g_info.rank, tunables.log_level);
-  g_engine = std::make_unique<Engine>(std::make_unique<MpiTransport>(ours), tunables);
+  g_engine = std::make_shared<Engine>(std::make_unique<MpiTransport>(ours), tunables);
 }
 
 void shutdown() {
@@ -49,32 +51,47 @@ void shutdown() {
   g_engine.reset();
 }
 
-int enqueue_allreduce(const std::string& name, uintptr_t input, uintptr_t output, int dtype,
-                      std::vector<int64_t> shape, int op, double prescale, double postscale) {
+int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
+            std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
+            std::vector<int64_t> splits) {
   require_init();
-  if (!dtype_valid(dtype)) throw py::type_error("allreduce '" + name + "': unsupported dtype code");
-  if (!op_valid(op)) throw py::value_error("allreduce '" + name + "': unsupported reduction op " + std::to_string(op));
+  if (!collective_valid(type)) throw py::value_error("'" + name + "': unknown collective " + std::to_string(type));
+  const std::string kind = collective_name(static_cast<CollectiveType>(type));
+  if (!dtype_valid(dtype)) throw py::type_error(kind + " '" + name + "': unsupported dtype code");
+  if (!op_valid(op)) throw py::value_error(kind + " '" + name + "': unsupported reduction op " + std::to_string(op));
   TensorEntry entry;
-  entry.request.type = CollectiveType::kAllreduce;
+  entry.request.type = static_cast<CollectiveType>(type);
   entry.request.dtype = static_cast<DataType>(dtype);
   entry.request.op = static_cast<ReduceOp>(op);
   entry.request.prescale = prescale;
   entry.request.postscale = postscale;
   entry.request.shape = std::move(shape);
   entry.request.name = name;
+  entry.request.root = root;
+  entry.request.splits = std::move(splits);
   entry.input = reinterpret_cast<const void*>(input);
   entry.output = reinterpret_cast<void*>(output);
   return g_engine->enqueue(std::move(entry));
 }
 
-void wait(int handle) {
+// None, or (uint8 array owning the core-allocated output, shape, received splits).
+py::object wait(int handle) {
   require_init();
-  std::string error;
+  std::shared_ptr<Engine> engine = g_engine;
+  HandleTable::Result result;
   {
     py::gil_scoped_release release;
-    error = g_engine->wait(handle);
+    result = engine->wait(handle);
   }
-  if (!error.empty()) throw Error(error);
+  if (!result.error.empty()) throw Error(result.error);
+  if (!result.allocated) return py::none();
+  auto owner = new std::shared_ptr<AllocatedOutput>(result.allocated);
+  py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<AllocatedOutput>*>(p); });
+  auto& bytes = result.allocated->bytes;
+  py::array_t<uint8_t> data({static_cast<py::ssize_t>(bytes.size())}, {1}, reinterpret_cast<uint8_t*>(bytes.data()),
+                            free_when_done);
+  return py::make_tuple(data, py::tuple(py::cast(result.allocated->shape)),
+                        py::cast(result.allocated->received_splits));
 }
 
 }  // namespace
@@ -100,10 +117,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("cross_size", [] { require_init(); return g_info.cross_size; });
   m.def("mpi_threads_supported", [] { require_init(); return g_info.threads_multiple; });
 
-  m.def("enqueue_allreduce", &enqueue_allreduce, py::arg("name"), py::arg("input"), py::arg("output"),
-        py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"));
+  m.def("enqueue", &enqueue, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),
+        py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
+        py::arg("splits"), "Hands a collective on raw buffers to the background thread; returns its handle.");
   m.def("poll", [](int handle) { require_init(); return g_engine->poll(handle); });
   m.def("wait", &wait, "Block until the handle completes; raise HoroError if it failed.");
+  m.attr("collective_codes") = [] {
+    py::dict codes;
+    for (int t = 0; t < kNumCollectiveTypes; ++t) codes[collective_name(static_cast<CollectiveType>(t))] = t;
+    return codes;
+  }();
 
   m.def("tunables", [] {
     py::list rows;

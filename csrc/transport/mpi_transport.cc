@@ -108,16 +108,42 @@ void MpiTransport::wait_all() {
   free_slots_.clear();
 }
 
-bool MpiTransport::native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
+namespace {
+
+// MPI's own reduction for this dtype/op, when it computes what ours would.
+bool mpi_reduction(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mop) {
   bool dtype_ok = false;
   bool op_ok = false;
-  MPI_Datatype type = mpi_dtype(dtype, &dtype_ok);
-  MPI_Op mop = mpi_op(op, &op_ok);
+  *type = mpi_dtype(dtype, &dtype_ok);
+  *mop = mpi_op(op, &op_ok);
   if (!dtype_ok || !op_ok) return false;
   // Open MPI 5's vectorised op component saturates 8-bit MPI_SUM/MPI_PROD
   // instead of wrapping (255 + 4 gives 255); our own kernels wrap like NumPy.
   const bool eight_bit = dtype == DataType::kUInt8 || dtype == DataType::kInt8;
-  if (eight_bit && (mop == MPI_SUM || mop == MPI_PROD)) return false;
+  return !(eight_bit && (*mop == MPI_SUM || *mop == MPI_PROD));
+}
+
+// MPI's vector collectives take int counts and displacements.
+std::vector<int> int_counts(const std::vector<size_t>& counts, std::vector<int>* displs) {
+  std::vector<int> out;
+  size_t offset = 0;
+  for (size_t c : counts) {
+    if (c > kMaxMessageBytes || offset > static_cast<size_t>(INT_MAX)) {
+      throw Error("a collective over more than 1 GiB per rank is not supported by this MPI path");
+    }
+    out.push_back(static_cast<int>(c));
+    if (displs) displs->push_back(static_cast<int>(offset));
+    offset += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool MpiTransport::native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
+  MPI_Datatype type;
+  MPI_Op mop;
+  if (!mpi_reduction(dtype, op, &type, &mop)) return false;
   const size_t esize = dtype_size(dtype);
   const size_t max_count = kMaxMessageBytes / esize;
   const char* in = static_cast<const char*>(input);
@@ -130,6 +156,46 @@ bool MpiTransport::native_allreduce(const void* input, void* output, size_t coun
   }
   return true;
 }
+
+bool MpiTransport::native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts,
+                                         DataType dtype, ReduceOp op) {
+  MPI_Datatype type;
+  MPI_Op mop;
+  if (!mpi_reduction(dtype, op, &type, &mop)) return false;
+  std::vector<size_t> bytes;
+  for (size_t c : counts) bytes.push_back(c * dtype_size(dtype));
+  std::vector<int> ints = int_counts(bytes, nullptr);
+  for (size_t r = 0; r < counts.size(); ++r) ints[r] = static_cast<int>(counts[r]);
+  const void* send = input == output ? MPI_IN_PLACE : input;
+  HORO_MPI(MPI_Reduce_scatter(send, output, ints.data(), type, mop, comm_));
+  return true;
+}
+
+void MpiTransport::native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) {
+  std::vector<int> displs;
+  std::vector<int> counts = int_counts(byte_counts, &displs);
+  HORO_MPI(MPI_Allgatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, comm_));
+}
+
+void MpiTransport::alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                             const std::vector<size_t>& recv_bytes) {
+  std::vector<int> sdispls, rdispls;
+  std::vector<int> scounts = int_counts(send_bytes, &sdispls);
+  std::vector<int> rcounts = int_counts(recv_bytes, &rdispls);
+  HORO_MPI(MPI_Alltoallv(input, scounts.data(), sdispls.data(), MPI_BYTE, output, rcounts.data(), rdispls.data(),
+                         MPI_BYTE, comm_));
+}
+
+void MpiTransport::broadcast(void* buf, size_t bytes, int root) {
+  char* p = static_cast<char*>(buf);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(kMaxMessageBytes, bytes - done);
+    HORO_MPI(MPI_Bcast(p + done, static_cast<int>(n), MPI_BYTE, root, comm_));
+    done += n;
+  }
+}
+
+void MpiTransport::barrier() { HORO_MPI(MPI_Barrier(comm_)); }
 
 void MpiTransport::allreduce_bitand(std::vector<uint64_t>& words) {
   MPI_Request request;

@@ -25,6 +25,13 @@ class MpiTransport : public Transport {
   void wait_all() override;
 
   bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override;
+  bool native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts, DataType dtype,
+                             ReduceOp op) override;
+  void native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) override;
+  void alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                 const std::vector<size_t>& recv_bytes) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void barrier() override;
 
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;

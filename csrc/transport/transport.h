@@ -30,6 +30,16 @@ class Transport {
   // The transport's own all-reduce (output may equal input). Returns false
   // when it cannot reduce this dtype/op correctly (the caller uses the ring).
   virtual bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) = 0;
+  // Reduce-scatter: rank r receives counts[r] elements (false if unsupported).
+  virtual bool native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts,
+                                     DataType dtype, ReduceOp op) = 0;
+  // Concatenates every rank's bytes (byte_counts[r] from rank r) into output.
+  virtual void native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) = 0;
+  // send_bytes[r] bytes go to rank r, recv_bytes[r] come from it, each packed in rank order.
+  virtual void alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                         const std::vector<size_t>& recv_bytes) = 0;
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
 
   // Control plane, used by the controller once per cycle.
   // Bitwise AND of `words` across ranks, in place. Waits politely: the other

@@ -1,5 +1,6 @@
 #include "wire/messages.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -12,9 +13,23 @@ int64_t Request::num_elements() const {
   return n;
 }
 
-bool Request::same_signature(const Request& other) const {
-  return type == other.type && dtype == other.dtype && op == other.op && prescale == other.prescale &&
-         postscale == other.postscale && shape == other.shape && name == other.name;
+bool Response::answers(const Request& q, int rank, int size) const {
+  const Request& p = request;
+  if (q.type != p.type || q.dtype != p.dtype || q.op != p.op || q.prescale != p.prescale ||
+      q.postscale != p.postscale || q.root != p.root || q.name != p.name) {
+    return false;
+  }
+  if (q.type == CollectiveType::kAllgather || q.type == CollectiveType::kAlltoall) {
+    if (q.shape.size() != p.shape.size() || q.shape.empty()) return false;
+    if (!std::equal(q.shape.begin() + 1, q.shape.end(), p.shape.begin() + 1)) return false;
+    if (q.type == CollectiveType::kAllgather) {
+      return static_cast<int>(per_rank.size()) == size && per_rank[rank] == q.shape[0];
+    }
+    return static_cast<int>(per_rank.size()) == size * size &&
+           std::equal(q.splits.begin(), q.splits.end(), per_rank.begin() + rank * size) &&
+           static_cast<int>(q.splits.size()) == size;
+  }
+  return q.shape == p.shape;
 }
 
 std::string Request::shape_string() const {
@@ -42,9 +57,14 @@ class Writer {
     put(q.op);
     put(q.prescale);
     put(q.postscale);
-    put<uint32_t>(static_cast<uint32_t>(q.shape.size()));
-    for (int64_t d : q.shape) put(d);
+    put_ints(q.shape);
     put_string(q.name);
+    put(q.root);
+    put_ints(q.splits);
+  }
+  void put_ints(const std::vector<int64_t>& v) {
+    put<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (int64_t x : v) put(x);
   }
   std::string take() { return std::move(out_); }
 
@@ -79,10 +99,16 @@ class Reader {
     q.op = get<ReduceOp>();
     q.prescale = get<double>();
     q.postscale = get<double>();
-    q.shape.resize(get<uint32_t>());
-    for (auto& d : q.shape) d = get<int64_t>();
+    q.shape = get_ints();
     q.name = get_string();
+    q.root = get<int32_t>();
+    q.splits = get_ints();
     return q;
+  }
+  std::vector<int64_t> get_ints() {
+    std::vector<int64_t> v(get<uint32_t>());
+    for (auto& x : v) x = get<int64_t>();
+    return v;
   }
 
  private:
@@ -111,6 +137,7 @@ std::string encode_responses(const std::vector<Response>& responses) {
     w.put(p.kind);
     w.put_request(p.request);
     w.put_string(p.error);
+    w.put_ints(p.per_rank);
   }
   return w.take();
 }
@@ -123,6 +150,7 @@ std::vector<Response> decode_responses(const std::string& bytes) {
     p.kind = r.get<Response::Kind>();
     p.request = r.get_request();
     p.error = r.get_string();
+    p.per_rank = r.get_ints();
     out.push_back(std::move(p));
   }
   return out;

@@ -20,10 +20,10 @@ struct Request {
   double postscale = 1.0;
   std::vector<int64_t> shape;
   std::string name;
+  int32_t root = 0;             // broadcast
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
 
   int64_t num_elements() const;
-  // Everything that must agree across ranks (all but `rank`).
-  bool same_signature(const Request& other) const;
   std::string shape_string() const;
 };
 
@@ -32,6 +32,13 @@ struct Response {
   Kind kind = Kind::kExecute;
   Request request;    // the agreed description (rank field unused)
   std::string error;  // kError: the message every rank raises
+  // allgather: every rank's first dimension; alltoall: every rank's splits,
+  // row-major (rank r's splits at [r * size, (r + 1) * size)).
+  std::vector<int64_t> per_rank;
+
+  // Whether rank `rank`'s request is one this (cached) response answers:
+  // ragged collectives compare that rank's own first dimension or splits.
+  bool answers(const Request& request, int rank, int size) const;
 };
 
 std::string encode_requests(const std::vector<Request>& requests);

@@ -1,0 +1,236 @@
+#include "engine/executor.h"
+
+#include <cstring>
+
+#include "common/error.h"
+#include "reduce/reduce_kernels.h"
+
+namespace horo {
+
+namespace {
+
+size_t elements(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+// Elements in one slice along the first dimension.
+size_t row_elements(const std::vector<int64_t>& shape) {
+  return shape.empty() ? 1 : elements(std::vector<int64_t>(shape.begin() + 1, shape.end()));
+}
+
+// Rows of a first dimension of `rows` that rank r gets: the first rows % n ranks one more (Horovod's split).
+std::vector<size_t> split_rows(size_t rows, int n) {
+  std::vector<size_t> out(n, rows / n);
+  for (size_t r = 0; r < rows % n; ++r) ++out[r];
+  return out;
+}
+
+double final_scale(const Request& spec, int size) {
+  return spec.op == ReduceOp::kAverage ? spec.postscale / size : spec.postscale;
+}
+
+}  // namespace
+
+bool Executor::ring_for(const std::string& algo, size_t bytes) const {
+  return algo == "ring" || (algo == "auto" && static_cast<int64_t>(bytes) >= tunables_.ring_min_bytes);
+}
+
+void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
+  switch (group.front().request.type) {
+    case CollectiveType::kAllreduce: return allreduce(entries);
+    case CollectiveType::kReducescatter: return reducescatter(entries);
+    case CollectiveType::kAllgather: return allgather(group, entries);
+    case CollectiveType::kBroadcast: return broadcast(entries);
+    case CollectiveType::kAlltoall: return alltoall(group.front(), entries.front());
+    case CollectiveType::kBarrier: return transport_.barrier();
+  }
+}
+
+void Executor::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
+  if (ring_for(tunables_.allreduce_algo, count * dtype_size(dtype)) ||
+      !transport_.native_allreduce(input, output, count, dtype, op)) {
+    ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, output, dtype, op);
+  }
+}
+
+void Executor::allreduce(std::vector<TensorEntry>& entries) {
+  const Request& spec = entries.front().request;
+  const DataType dtype = spec.dtype;
+  const size_t esize = dtype_size(dtype);
+  const double postscale = final_scale(spec, transport_.size());
+
+  if (entries.size() == 1) {
+    // No staging: the algorithm reads the input and writes the output directly.
+    TensorEntry& e = entries.front();
+    const size_t count = elements(e.request.shape);
+    const void* input = e.input;
+    if (spec.prescale != 1.0) {
+      copy_scaled(dtype, e.output, e.input, count, spec.prescale);
+      input = e.output;
+    }
+    reduce(input, e.output, count, dtype, spec.op);
+    scale_buffer(dtype, e.output, count, postscale);
+    return;
+  }
+  size_t total = 0;
+  for (const auto& e : entries) total += elements(e.request.shape);
+  char* buf = fusion_.reserve(total * esize);
+  size_t offset = 0;
+  for (const auto& e : entries) {
+    const size_t count = elements(e.request.shape);
+    copy_scaled(dtype, buf + offset * esize, e.input, count, spec.prescale);
+    offset += count;
+  }
+  reduce(buf, buf, total, dtype, spec.op);
+  offset = 0;
+  for (auto& e : entries) {
+    const size_t count = elements(e.request.shape);
+    copy_scaled(dtype, e.output, buf + offset * esize, count, postscale);
+    offset += count;
+  }
+}
+
+void Executor::reducescatter(std::vector<TensorEntry>& entries) {
+  const Request& spec = entries.front().request;
+  const DataType dtype = spec.dtype;
+  const size_t esize = dtype_size(dtype);
+  const int n = transport_.size(), me = transport_.rank();
+  const double postscale = final_scale(spec, n);
+
+  // Segment r of the fused buffer holds, tensor after tensor, the rows rank r receives.
+  std::vector<size_t> segment(n, 0);
+  for (const auto& e : entries) {
+    const std::vector<size_t> rows = split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n);
+    for (int r = 0; r < n; ++r) segment[r] += rows[r] * row_elements(e.request.shape);
+  }
+  const RingLayout layout = RingLayout::from_counts(segment);
+  char* buf = fusion_.reserve(layout.total() * esize);
+  std::vector<size_t> cursor(layout.offset);
+  for (const auto& e : entries) {
+    const size_t row = row_elements(e.request.shape);
+    const std::vector<size_t> rows = split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n);
+    const char* in = static_cast<const char*>(e.input);
+    for (int r = 0; r < n; ++r) {
+      copy_scaled(dtype, buf + cursor[r] * esize, in, rows[r] * row, spec.prescale);
+      in += rows[r] * row * esize;
+      cursor[r] += rows[r] * row;
+    }
+  }
+  // The ring leaves our segment in place; MPI's in-place reduce-scatter moves it to the front.
+  size_t offset = 0;
+  if (ring_for(tunables_.reducescatter_algo, layout.total() * esize) ||
+      !transport_.native_reduce_scatter(buf, buf, layout.count, dtype, spec.op)) {
+    ring_.reduce_scatter(transport_, layout, buf, buf, dtype, spec.op);
+    offset = layout.offset[me];
+  }
+  for (auto& e : entries) {
+    const size_t count = split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n)[me] *
+                         row_elements(e.request.shape);
+    copy_scaled(dtype, e.output, buf + offset * esize, count, postscale);
+    offset += count;
+  }
+}
+
+void Executor::allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
+  const DataType dtype = entries.front().request.dtype;
+  const size_t esize = dtype_size(dtype);
+  const int n = transport_.size(), me = transport_.rank();
+  // Rank r's block: its rows of every tensor in the group, tensor after tensor.
+  std::vector<size_t> block(n, 0);
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const size_t row = row_elements(entries[k].request.shape);
+    for (int r = 0; r < n; ++r) block[r] += static_cast<size_t>(group[k].per_rank[r]) * row;
+  }
+  const RingLayout layout = RingLayout::from_counts(block);
+  for (size_t k = 0; k < entries.size(); ++k) {
+    auto out = std::make_shared<AllocatedOutput>();
+    out->shape = entries[k].request.shape;
+    out->shape[0] = 0;
+    for (int r = 0; r < n; ++r) out->shape[0] += group[k].per_rank[r];
+    out->bytes.resize(elements(out->shape) * esize);
+    entries[k].allocated = std::move(out);
+  }
+  // One tensor gathers straight into its output; several go through the fusion buffer.
+  const bool fused = entries.size() > 1;
+  char* buf = fused ? fusion_.reserve(layout.total() * esize) : entries.front().allocated->bytes.data();
+  const char* mine = static_cast<const char*>(entries.front().input);
+  if (fused) {
+    size_t cursor = layout.offset[me];
+    for (auto& e : entries) {
+      const size_t count = elements(e.request.shape);
+      std::memcpy(buf + cursor * esize, e.input, count * esize);
+      cursor += count;
+    }
+    mine = buf + layout.offset[me] * esize;
+  }
+  if (ring_for(tunables_.allgather_algo, layout.total() * esize)) {
+    ring_.allgather(transport_, layout, mine, buf, dtype);
+  } else {
+    std::vector<size_t> bytes;
+    for (size_t c : layout.count) bytes.push_back(c * esize);
+    transport_.native_allgatherv(mine, buf, bytes);
+  }
+  if (!fused) return;
+  std::vector<size_t> written(entries.size(), 0);
+  for (int r = 0; r < n; ++r) {
+    size_t cursor = layout.offset[r];
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const size_t count = static_cast<size_t>(group[k].per_rank[r]) * row_elements(entries[k].request.shape);
+      std::memcpy(entries[k].allocated->bytes.data() + written[k] * esize, buf + cursor * esize, count * esize);
+      written[k] += count;
+      cursor += count;
+    }
+  }
+}
+
+void Executor::broadcast(std::vector<TensorEntry>& entries) {
+  const Request& spec = entries.front().request;
+  const size_t esize = dtype_size(spec.dtype);
+  const bool root = transport_.rank() == spec.root;
+  if (entries.size() == 1) {
+    TensorEntry& e = entries.front();
+    const size_t bytes = elements(e.request.shape) * esize;
+    if (root && e.output != e.input) std::memcpy(e.output, e.input, bytes);
+    transport_.broadcast(e.output, bytes, spec.root);
+    return;
+  }
+  size_t total = 0;
+  for (const auto& e : entries) total += elements(e.request.shape) * esize;
+  char* buf = fusion_.reserve(total);
+  size_t offset = 0;
+  for (const auto& e : entries) {
+    const size_t bytes = elements(e.request.shape) * esize;
+    if (root) std::memcpy(buf + offset, e.input, bytes);
+    offset += bytes;
+  }
+  transport_.broadcast(buf, total, spec.root);
+  offset = 0;
+  for (auto& e : entries) {
+    const size_t bytes = elements(e.request.shape) * esize;
+    std::memcpy(e.output, buf + offset, bytes);
+    offset += bytes;
+  }
+}
+
+void Executor::alltoall(const Response& agreed, TensorEntry& e) {
+  const int n = transport_.size(), me = transport_.rank();
+  const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
+  std::vector<size_t> send_bytes, recv_bytes;
+  auto out = std::make_shared<AllocatedOutput>();
+  out->shape = e.request.shape;
+  out->shape[0] = 0;
+  for (int r = 0; r < n; ++r) {
+    const int64_t rows_in = agreed.per_rank[r * n + me];
+    send_bytes.push_back(static_cast<size_t>(e.request.splits[r]) * row_bytes);
+    recv_bytes.push_back(static_cast<size_t>(rows_in) * row_bytes);
+    out->received_splits.push_back(rows_in);
+    out->shape[0] += rows_in;
+  }
+  out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
+  transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
+  e.allocated = std::move(out);
+}
+
+}  // namespace horo

@@ -1,0 +1,42 @@
+// Runs one fusion group of agreed responses on this rank's buffers: packs
+// fused tensors into the fusion buffer, moves them with the chosen
+// algorithm (our ring or the transport's own collective), and unpacks them,
+// applying pre-/post-scale factors on the way in and out.
+#pragma once
+
+#include <vector>
+
+#include "collectives/ring.h"
+#include "common/tunables.h"
+#include "engine/fusion_buffer.h"
+#include "engine/tensor_queue.h"
+#include "transport/transport.h"
+#include "wire/messages.h"
+
+namespace horo {
+
+class Executor {
+ public:
+  Executor(Transport& transport, const Tunables& tunables)
+      : transport_(transport), tunables_(tunables), ring_(tunables.ring_chunk_bytes) {}
+
+  // `group[i]` is the agreed response for `entries[i]`; all share one
+  // collective, dtype, op, scale factors and root.
+  void run(const std::vector<Response>& group, std::vector<TensorEntry>& entries);
+
+ private:
+  bool ring_for(const std::string& algo, size_t bytes) const;
+  void allreduce(std::vector<TensorEntry>& entries);
+  void reducescatter(std::vector<TensorEntry>& entries);
+  void allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries);
+  void broadcast(std::vector<TensorEntry>& entries);
+  void alltoall(const Response& agreed, TensorEntry& entry);
+  void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op);
+
+  Transport& transport_;
+  const Tunables& tunables_;
+  Ring ring_;
+  FusionBuffer fusion_;
+};
+
+}  // namespace horo

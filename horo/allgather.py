@@ -1,0 +1,27 @@
+"""allgather: every rank's tensor concatenated along the first dimension,
+which may differ per rank (the other dimensions must match)."""
+from horo.enqueue import allocated, enqueue, tensor_name
+from horo.handles import synchronize, synchronize_all
+from horo.tensors import as_array
+
+
+def allgather_async(tensor, name=None):
+    name = tensor_name(name, "allgather")
+    array = as_array(tensor, name)
+    if array.ndim == 0:
+        array = array.reshape(1)
+    return enqueue("allgather", name, array, None, allocated(array.dtype))
+
+
+def allgather(tensor, name=None):
+    return synchronize(allgather_async(tensor, name))
+
+
+def grouped_allgather_async(tensors, name=None):
+    base = tensor_name(name, "grouped_allgather")
+    return [allgather_async(t, f"{base}.{i}") for i, t in enumerate(tensors)]
+
+
+def grouped_allgather(tensors, name=None):
+    """Allgathers each tensor; enqueued together, they travel as one fused collective."""
+    return synchronize_all(grouped_allgather_async(tensors, name))

@@ -1,0 +1,33 @@
+"""alltoall: rank r sends splits[j] rows of its tensor to rank j and receives
+what every rank sent it, concatenated in rank order."""
+from horo import basics
+from horo.enqueue import enqueue, tensor_name
+from horo.handles import synchronize
+from horo.tensors import as_array
+
+
+def alltoall_async(tensor, splits=None, name=None):
+    name = tensor_name(name, "alltoall")
+    array = as_array(tensor, name)
+    if array.ndim == 0:
+        array = array.reshape(1)
+    n = basics.size()
+    if splits is None:
+        rows = array.shape[0]
+        send = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+    else:
+        # Checked by the coordinator, so a bad split fails every rank, not just this one.
+        send = [int(s) for s in splits]
+    want_splits = splits is not None
+
+    def finish(core_result):
+        data, shape, received = core_result
+        output = data.view(array.dtype).reshape(shape)
+        return (output, received) if want_splits else output
+
+    return enqueue("alltoall", name, array, None, finish, splits=send)
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Returns the received rows; with `splits` given, also how many came from each rank."""
+    return synchronize(alltoall_async(tensor, splits, name))

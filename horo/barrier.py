@@ -1,0 +1,12 @@
+"""barrier: returns once every rank has called it."""
+import numpy as np
+
+from horo.enqueue import enqueue, returning, tensor_name
+from horo.handles import synchronize
+
+_TOKEN = np.zeros(0, dtype=np.uint8)
+
+
+def barrier(name=None):
+    name = tensor_name(name, "barrier")
+    synchronize(enqueue("barrier", name, _TOKEN, _TOKEN, returning(None)))

@@ -1,0 +1,29 @@
+"""broadcast: every rank ends with root_rank's tensor."""
+import numpy as np
+
+from horo.enqueue import enqueue, returning, tensor_name
+from horo.handles import synchronize
+from horo.tensors import as_array
+
+
+def broadcast_async(tensor, root_rank, name=None):
+    name = tensor_name(name, "broadcast")
+    array = as_array(tensor, name)
+    output = np.empty_like(array)
+    return enqueue("broadcast", name, array, output, returning(output), root=root_rank)
+
+
+def broadcast_async_(tensor, root_rank, name=None):
+    name = tensor_name(name, "broadcast")
+    array = as_array(tensor, name, in_place=True)
+    return enqueue("broadcast", name, array, array, returning(tensor), root=root_rank)
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Returns a new array holding root_rank's `tensor`."""
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_(tensor, root_rank, name=None):
+    """Overwrites `tensor` with root_rank's, in place, and returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name))
