@@ -20,7 +20,8 @@ using namespace horo;
 
 namespace {
 
-std::unique_ptr<Engine> g_engine;
+// Shared: a thread blocked in wait() keeps the engine alive while another shuts it down.
+std::shared_ptr<Engine> g_engine;
 ProcessInfo g_info;
 
 void require_init() {
@@ -39,7 +40,7 @@ void init(int64_t fortran_comm) {
   }
   MPI_Comm ours = mpi_attach(user, &g_info);
   set_log_context(g_info.rank, tunables.log_level);
-  g_engine = std::make_unique<Engine>(std::make_unique<MpiTransport>(ours), tunables);
+  g_engine = std::make_shared<Engine>(std::make_unique<MpiTransport>(ours), tunables);
 }
 
 void shutdown() {
@@ -69,10 +70,11 @@ int enqueue_allreduce(const std::string& name, uintptr_t input, uintptr_t output
 
 void wait(int handle) {
   require_init();
+  std::shared_ptr<Engine> engine = g_engine;
   std::string error;
   {
     py::gil_scoped_release release;
-    error = g_engine->wait(handle);
+    error = engine->wait(handle);
   }
   if (!error.empty()) throw Error(error);
 }
