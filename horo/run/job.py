@@ -1,0 +1,159 @@
+"""Runs the launch command: output passes through live, a failed rank is named.
+
+mpirun's stderr is read through a pipe rather than inherited so that its
+failure report can be parsed while every byte still reaches the user at once
+(partial lines included: progress bars redraw with '\\r'). stdout is inherited
+untouched.
+"""
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+# Open MPI 4 and 5 both print, once the first rank fails:
+#     Process name: [[35121,1],1]            (5.x: [prterun-host-2897@1,1])
+#     Exit code:    3
+_PROCESS_NAME = re.compile(r"Process name:\s*\[(.*),(\d+)\]\s*$")
+_EXIT_CODE = re.compile(r"Exit code:\s*(-?\d+)")
+# ... or, for a rank killed by a signal (wrapped over lines at any space):
+#     prterun noticed that process rank 1 with PID 123 on node n1 exited on
+#     signal 9 (Killed).
+_SIGNALLED = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+\S+\s+exited\s+on\s+signal\s+(\d+)")
+_SIGNAL_WINDOW = 4  # lines the message may wrap over
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    exit_code: int = None
+    signal: int = None
+
+    def summary(self):
+        if self.signal is not None:
+            return f"horo-run: rank {self.rank} was killed by signal {self.signal}"
+        return f"horo-run: rank {self.rank} exited with code {self.exit_code}"
+
+
+class FailureParser:
+    """Fed mpirun's stderr line by line; keeps the first failed rank it names."""
+
+    def __init__(self):
+        self.failure = None
+        self._pending_rank = None
+        self._recent = collections.deque(maxlen=_SIGNAL_WINDOW)
+        self._partial = b""
+
+    def feed(self, chunk):
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self.feed_line(line.decode("utf-8", "replace"))
+
+    def close(self):
+        if self._partial:
+            self.feed_line(self._partial.decode("utf-8", "replace"))
+            self._partial = b""
+
+    def feed_line(self, line):
+        if self.failure is not None:
+            return
+        line = line.rstrip("\r")
+        self._recent.append(line)
+        m = _SIGNALLED.search(" ".join(self._recent))
+        if m:
+            self.failure = RankFailure(int(m.group(1)), signal=int(m.group(2)))
+            return
+        m = _PROCESS_NAME.search(line)
+        if m:
+            self._pending_rank = int(m.group(2))
+            return
+        m = _EXIT_CODE.search(line)
+        if m and self._pending_rank is not None:
+            self.failure = RankFailure(self._pending_rank, exit_code=int(m.group(1)))
+
+
+def parse_failure(text):
+    """The first failed rank named in a launcher's output, or None."""
+    parser = FailureParser()
+    for line in text.splitlines():
+        parser.feed_line(line)
+    return parser.failure
+
+
+def _exit_status(returncode):
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _forward_signals(proc):
+    """SIGTERM/SIGHUP/SIGINT sent to horo-run go on to mpirun, which stops the ranks.
+
+    A Ctrl-C at a terminal already reaches mpirun (same process group), so
+    SIGINT is passed on only when horo-run is not the terminal's foreground job.
+    """
+
+    def forward(signum, _frame):
+        if signum == signal.SIGINT and _in_terminal_foreground():
+            return
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, forward)
+
+
+def _in_terminal_foreground():
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_job(argv, env):
+    """Runs argv; returns the exit status horo-run should exit with."""
+    try:
+        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    except OSError as e:
+        print(f"horo-run: cannot start {argv[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    _forward_signals(proc)
+    parser = FailureParser()
+    stderr_fd = proc.stderr.fileno()
+    while True:
+        try:
+            chunk = os.read(stderr_fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        _write_all(2, chunk)
+        parser.feed(chunk)
+    parser.close()
+    proc.stderr.close()
+    status = _exit_status(proc.wait())
+    failure = parser.failure
+    if failure is not None:
+        print(failure.summary(), file=sys.stderr, flush=True)
+        if failure.signal is not None:
+            return 128 + failure.signal
+        if failure.exit_code:
+            return failure.exit_code & 0xFF or status or 1
+    if status != 0 and failure is None:
+        print(f"horo-run: {os.path.basename(argv[0])} exited with code {status}", file=sys.stderr, flush=True)
+    return status
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except InterruptedError:
+            continue
+        except BrokenPipeError:
+            return
+        view = view[written:]

