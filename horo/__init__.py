@@ -12,6 +12,7 @@ from horo.alltoall import alltoall, alltoall_async
 from horo.barrier import barrier
 from horo.broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
 from horo.objects import allgather_object, broadcast_object
+from horo.rooted import gather, gather_async, reduce, reduce_async, scatter, scatter_async
 from horo.reducescatter import (
     grouped_reducescatter,
     grouped_reducescatter_async,
@@ -56,5 +57,6 @@ __all__ = [
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_reducescatter", "grouped_reducescatter_async", "barrier",
     "broadcast_object", "allgather_object",
+    "gather", "gather_async", "scatter", "scatter_async", "reduce", "reduce_async",
     "poll", "synchronize", "Average", "Sum", "Adasum", "Min", "Max", "Product",
 ]

@@ -63,6 +63,9 @@ const char* collective_name(CollectiveType type) {
     case CollectiveType::kAlltoall: return "alltoall";
     case CollectiveType::kReducescatter: return "reducescatter";
     case CollectiveType::kBarrier: return "barrier";
+    case CollectiveType::kGather: return "gather";
+    case CollectiveType::kScatter: return "scatter";
+    case CollectiveType::kReduce: return "reduce";
   }
   return "unknown";
 }

@@ -37,8 +37,11 @@ enum class CollectiveType : uint8_t {
   kAlltoall = 3,
   kReducescatter = 4,
   kBarrier = 5,
+  kGather = 6,
+  kScatter = 7,
+  kReduce = 8,
 };
-constexpr int kNumCollectiveTypes = 6;
+constexpr int kNumCollectiveTypes = 9;
 
 size_t dtype_size(DataType dtype);
 const char* dtype_name(DataType dtype);

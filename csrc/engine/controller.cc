@@ -202,8 +202,13 @@ Response Controller::match(const std::string& name, const TableEntry& entry) con
     if (!rest.shape.empty()) rest.shape.erase(rest.shape.begin());
     return std::to_string(q.shape.size()) + "-d, " + rest.shape_string() + " after the first dimension";
   };
-  const bool ragged = first.type == CollectiveType::kAllgather || first.type == CollectiveType::kAlltoall;
-  const bool reduces = first.type == CollectiveType::kAllreduce || first.type == CollectiveType::kReducescatter;
+  const CollectiveType type = first.type;
+  const bool ragged = type == CollectiveType::kAllgather || type == CollectiveType::kAlltoall ||
+                      type == CollectiveType::kGather;
+  const bool reduces = type == CollectiveType::kAllreduce || type == CollectiveType::kReducescatter ||
+                       type == CollectiveType::kReduce;
+  const bool rooted = type == CollectiveType::kBroadcast || type == CollectiveType::kGather ||
+                      type == CollectiveType::kScatter || type == CollectiveType::kReduce;
   if (differ("collective", [](const Request& q) { return std::string(collective_name(q.type)); })) return response;
   if (first.type == CollectiveType::kBarrier) return response;
   if (differ("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); })) return response;
@@ -215,14 +220,14 @@ Response Controller::match(const std::string& name, const TableEntry& entry) con
                   differ("postscale_factor", [](const Request& q) { return format_scale(q.postscale); }))) {
     return response;
   }
-  if (first.type == CollectiveType::kBroadcast) {
+  if (rooted) {
     if (differ("root rank", [](const Request& q) { return std::to_string(q.root); })) return response;
     if (first.root < 0 || first.root >= n) {
       fail("root rank " + std::to_string(first.root) + " is outside the " + std::to_string(n) + " ranks");
       return response;
     }
   }
-  if (first.type == CollectiveType::kAllgather) {
+  if (type == CollectiveType::kAllgather || type == CollectiveType::kGather) {
     for (const Request& q : entry.by_rank) response.per_rank.push_back(q.shape[0]);
   }
   if (first.type == CollectiveType::kAlltoall) {

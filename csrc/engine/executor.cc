@@ -45,6 +45,9 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
     case CollectiveType::kBroadcast: return broadcast(entries);
     case CollectiveType::kAlltoall: return alltoall(group.front(), entries.front());
     case CollectiveType::kBarrier: return transport_.barrier();
+    case CollectiveType::kGather: return gather(group.front(), entries.front());
+    case CollectiveType::kScatter: return scatter(entries.front());
+    case CollectiveType::kReduce: return reduce_to_root(entries.front());
   }
 }
 
@@ -231,6 +234,48 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
   out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
   transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
   e.allocated = std::move(out);
+}
+
+void Executor::gather(const Response& agreed, TensorEntry& e) {
+  const int n = transport_.size();
+  const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
+  std::vector<size_t> bytes;
+  for (int r = 0; r < n; ++r) bytes.push_back(static_cast<size_t>(agreed.per_rank[r]) * row_bytes);
+  char* output = nullptr;
+  if (transport_.rank() == e.request.root) {
+    auto out = std::make_shared<AllocatedOutput>();
+    out->shape = e.request.shape;
+    out->shape[0] = 0;
+    for (int r = 0; r < n; ++r) out->shape[0] += agreed.per_rank[r];
+    out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
+    output = out->bytes.data();
+    e.allocated = std::move(out);
+  }
+  transport_.gatherv(e.input, output, bytes, e.request.root);
+}
+
+void Executor::scatter(TensorEntry& e) {
+  const std::vector<size_t> rows = split_rows(e.request.shape[0], transport_.size());
+  const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
+  std::vector<size_t> bytes;
+  for (size_t r : rows) bytes.push_back(r * row_bytes);
+  transport_.scatterv(e.input, bytes, e.output, e.request.root);
+}
+
+void Executor::reduce_to_root(TensorEntry& e) {
+  const Request& spec = e.request;
+  const size_t count = elements(spec.shape);
+  const void* input = e.input;
+  if (spec.prescale != 1.0) {
+    copy_scaled(spec.dtype, e.output, e.input, count, spec.prescale);
+    input = e.output;
+  }
+  // MPI cannot reduce 16-bit floats (nor wrap 8-bit sums): the ring's
+  // allreduce gives root the same values, at the price of everyone getting them.
+  if (!transport_.native_reduce(input, e.output, count, spec.dtype, spec.op, spec.root)) {
+    ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, e.output, spec.dtype, spec.op);
+  }
+  if (transport_.rank() == spec.root) scale_buffer(spec.dtype, e.output, count, final_scale(spec, transport_.size()));
 }
 
 }  // namespace horo

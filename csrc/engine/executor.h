@@ -31,6 +31,9 @@ class Executor {
   void allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries);
   void broadcast(std::vector<TensorEntry>& entries);
   void alltoall(const Response& agreed, TensorEntry& entry);
+  void gather(const Response& agreed, TensorEntry& entry);
+  void scatter(TensorEntry& entry);
+  void reduce_to_root(TensorEntry& entry);
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op);
 
   Transport& transport_;

@@ -18,8 +18,9 @@ std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, 
   std::vector<size_t> filled(0);
   for (Response& response : responses) {
     const Request& q = response.request;
-    // Alltoall and barrier have no fused form; errors travel alone.
-    const bool fusable = q.type != CollectiveType::kAlltoall && q.type != CollectiveType::kBarrier;
+    // Only these have a fused form; errors travel alone.
+    const bool fusable = q.type == CollectiveType::kAllreduce || q.type == CollectiveType::kAllgather ||
+                         q.type == CollectiveType::kReducescatter || q.type == CollectiveType::kBroadcast;
     if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable) {
       groups.push_back({std::move(response)});
       filled.push_back(0);

@@ -195,6 +195,29 @@ void MpiTransport::broadcast(void* buf, size_t bytes, int root) {
   }
 }
 
+void MpiTransport::gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) {
+  std::vector<int> displs;
+  std::vector<int> counts = int_counts(byte_counts, &displs);
+  HORO_MPI(MPI_Gatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, root, comm_));
+}
+
+void MpiTransport::scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) {
+  std::vector<int> displs;
+  std::vector<int> counts = int_counts(byte_counts, &displs);
+  HORO_MPI(MPI_Scatterv(input, counts.data(), displs.data(), MPI_BYTE, mine, counts[rank_], MPI_BYTE, root, comm_));
+}
+
+bool MpiTransport::native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                                 int root) {
+  MPI_Datatype type;
+  MPI_Op mop;
+  if (!mpi_reduction(dtype, op, &type, &mop)) return false;
+  if (count * dtype_size(dtype) > kMaxMessageBytes) return false;
+  const void* send = (input == output && rank_ == root) ? MPI_IN_PLACE : input;
+  HORO_MPI(MPI_Reduce(send, output, static_cast<int>(count), type, mop, root, comm_));
+  return true;
+}
+
 void MpiTransport::barrier() { HORO_MPI(MPI_Barrier(comm_)); }
 
 void MpiTransport::allreduce_bitand(std::vector<uint64_t>& words) {

@@ -31,6 +31,9 @@ class MpiTransport : public Transport {
   void alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
                  const std::vector<size_t>& recv_bytes) override;
   void broadcast(void* buf, size_t bytes, int root) override;
+  void gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) override;
+  void scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) override;
+  bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root) override;
   void barrier() override;
 
   void allreduce_bitand(std::vector<uint64_t>& words) override;

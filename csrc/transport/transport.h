@@ -39,6 +39,13 @@ class Transport {
   virtual void alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
                          const std::vector<size_t>& recv_bytes) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  // Root receives byte_counts[r] bytes from each rank r, concatenated in rank order.
+  virtual void gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) = 0;
+  // Root sends byte_counts[r] bytes of its input, in rank order, to each rank r.
+  virtual void scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) = 0;
+  // Reduction delivered to root only (false if unsupported).
+  virtual bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                             int root) = 0;
   virtual void barrier() = 0;
 
   // Control plane, used by the controller once per cycle.

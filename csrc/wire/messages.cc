@@ -19,10 +19,11 @@ bool Response::answers(const Request& q, int rank, int size) const {
       q.postscale != p.postscale || q.root != p.root || q.name != p.name) {
     return false;
   }
-  if (q.type == CollectiveType::kAllgather || q.type == CollectiveType::kAlltoall) {
+  const bool gathers = q.type == CollectiveType::kAllgather || q.type == CollectiveType::kGather;
+  if (gathers || q.type == CollectiveType::kAlltoall) {
     if (q.shape.size() != p.shape.size() || q.shape.empty()) return false;
     if (!std::equal(q.shape.begin() + 1, q.shape.end(), p.shape.begin() + 1)) return false;
-    if (q.type == CollectiveType::kAllgather) {
+    if (gathers) {
       return static_cast<int>(per_rank.size()) == size && per_rank[rank] == q.shape[0];
     }
     return static_cast<int>(per_rank.size()) == size * size &&

@@ -32,7 +32,7 @@ struct Response {
   Kind kind = Kind::kExecute;
   Request request;    // the agreed description (rank field unused)
   std::string error;  // kError: the message every rank raises
-  // allgather: every rank's first dimension; alltoall: every rank's splits,
+  // allgather, gather: every rank's first dimension; alltoall: every rank's splits,
   // row-major (rank r's splits at [r * size, (r + 1) * size)).
   std::vector<int64_t> per_rank;
 

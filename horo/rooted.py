@@ -1,0 +1,56 @@
+"""Collectives with a root rank: gather to it, scatter from it, reduce to it.
+Non-root ranks get None back from gather and reduce."""
+import numpy as np
+
+from horo import basics, ops
+from horo.enqueue import allocated, enqueue, returning, tensor_name
+from horo.handles import synchronize
+from horo.tensors import as_array
+
+
+def _at_least_1d(array):
+    return array.reshape(1) if array.ndim == 0 else array
+
+
+def gather_async(tensor, root_rank=0, name=None):
+    name = tensor_name(name, "gather")
+    array = _at_least_1d(as_array(tensor, name))
+    finish = allocated(array.dtype)
+    return enqueue("gather", name, array, None, lambda result: None if result is None else finish(result),
+                   root=root_rank)
+
+
+def gather(tensor, root_rank=0, name=None):
+    """On root_rank: every rank's tensor concatenated along the first dimension (which may differ per rank)."""
+    return synchronize(gather_async(tensor, root_rank, name))
+
+
+def scatter_async(tensor, root_rank=0, name=None):
+    name = tensor_name(name, "scatter")
+    array = _at_least_1d(as_array(tensor, name))
+    n, me = basics.size(), basics.rank()
+    rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
+    output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
+    return enqueue("scatter", name, array, output, returning(output), root=root_rank)
+
+
+def scatter(tensor, root_rank=0, name=None):
+    """Rank r receives its share of root_rank's first dimension (the first rows % size ranks one row more).
+
+    Every rank passes a tensor of the same shape and dtype; only root_rank's values are read."""
+    return synchronize(scatter_async(tensor, root_rank, name))
+
+
+def reduce_async(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    name = tensor_name(name, "reduce")
+    op = ops.resolve(op, None, name)
+    array = as_array(tensor, name)
+    output = np.empty_like(array)
+    result = output if basics.rank() == root_rank else None
+    return enqueue("reduce", name, array, output, returning(result), op, prescale_factor, postscale_factor,
+                   root=root_rank)
+
+
+def reduce(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """On root_rank: the reduction (Average by default) of every rank's tensor."""
+    return synchronize(reduce_async(tensor, root_rank, op, name, prescale_factor, postscale_factor))
