@@ -12,6 +12,7 @@ from horo.alltoall import alltoall, alltoall_async
 from horo.barrier import barrier
 from horo.broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
 from horo.objects import allgather_object, broadcast_object
+from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horo.rooted import gather, gather_async, reduce, reduce_async, scatter, scatter_async
 from horo.reducescatter import (
     grouped_reducescatter,
@@ -58,5 +59,6 @@ __all__ = [
     "grouped_reducescatter", "grouped_reducescatter_async", "barrier",
     "broadcast_object", "allgather_object",
     "gather", "gather_async", "scatter", "scatter_async", "reduce", "reduce_async",
+    "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
     "poll", "synchronize", "Average", "Sum", "Adasum", "Min", "Max", "Product",
 ]

@@ -5,23 +5,23 @@ from horo.handles import synchronize, synchronize_all
 from horo.tensors import as_array
 
 
-def allgather_async(tensor, name=None):
+def allgather_async(tensor, name=None, process_set=None):
     name = tensor_name(name, "allgather")
     array = as_array(tensor, name)
     if array.ndim == 0:
         array = array.reshape(1)
-    return enqueue("allgather", name, array, None, allocated(array.dtype))
+    return enqueue("allgather", name, array, None, allocated(array.dtype), process_set=process_set)
 
 
-def allgather(tensor, name=None):
-    return synchronize(allgather_async(tensor, name))
+def allgather(tensor, name=None, process_set=None):
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
-def grouped_allgather_async(tensors, name=None):
+def grouped_allgather_async(tensors, name=None, process_set=None):
     base = tensor_name(name, "grouped_allgather")
-    return [allgather_async(t, f"{base}.{i}") for i, t in enumerate(tensors)]
+    return [allgather_async(t, f"{base}.{i}", process_set) for i, t in enumerate(tensors)]
 
 
-def grouped_allgather(tensors, name=None):
+def grouped_allgather(tensors, name=None, process_set=None):
     """Allgathers each tensor; enqueued together, they travel as one fused collective."""
-    return synchronize_all(grouped_allgather_async(tensors, name))
+    return synchronize_all(grouped_allgather_async(tensors, name, process_set))

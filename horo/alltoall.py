@@ -1,17 +1,17 @@
 """alltoall: rank r sends splits[j] rows of its tensor to rank j and receives
 what every rank sent it, concatenated in rank order."""
-from horo import basics
+from horo import process_sets
 from horo.enqueue import enqueue, tensor_name
 from horo.handles import synchronize
 from horo.tensors import as_array
 
 
-def alltoall_async(tensor, splits=None, name=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
     name = tensor_name(name, "alltoall")
     array = as_array(tensor, name)
     if array.ndim == 0:
         array = array.reshape(1)
-    n = basics.size()
+    n = process_sets.resolve(process_set, name)[2]
     if splits is None:
         rows = array.shape[0]
         send = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
@@ -21,13 +21,13 @@ def alltoall_async(tensor, splits=None, name=None):
     want_splits = splits is not None
 
     def finish(core_result):
-        data, shape, received = core_result
+        data, shape, received = core_result[:3]
         output = data.view(array.dtype).reshape(shape)
         return (output, received) if want_splits else output
 
-    return enqueue("alltoall", name, array, None, finish, splits=send)
+    return enqueue("alltoall", name, array, None, finish, splits=send, process_set=process_set)
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=None):
     """Returns the received rows; with `splits` given, also how many came from each rank."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(alltoall_async(tensor, splits, name, process_set))

@@ -1,4 +1,4 @@
-"""barrier: returns once every rank has called it."""
+"""barrier: returns once every rank (of the process set) has called it."""
 import numpy as np
 
 from horo.enqueue import enqueue, returning, tensor_name
@@ -7,6 +7,6 @@ from horo.handles import synchronize
 _TOKEN = np.zeros(0, dtype=np.uint8)
 
 
-def barrier(name=None):
+def barrier(name=None, process_set=None):
     name = tensor_name(name, "barrier")
-    synchronize(enqueue("barrier", name, _TOKEN, _TOKEN, returning(None)))
+    synchronize(enqueue("barrier", name, _TOKEN, _TOKEN, returning(None), process_set=process_set))

@@ -4,11 +4,12 @@ import atexit
 from horo._native import _core
 
 
-def init(comm=None):
+def init(comm=None, process_sets=None):
     """Starts horo on MPI_COMM_WORLD, or on `comm` (an mpi4py communicator).
 
     MPI that mpi4py (or anyone) already initialised is joined, not restarted.
     Without mpirun this is a world of size 1. Collective: every rank calls it.
+    `process_sets` (ProcessSets or rank lists) are added right away.
     """
     if comm is None:
         _core.init()
@@ -16,6 +17,11 @@ def init(comm=None):
         if not hasattr(comm, "py2f"):
             raise TypeError(f"horo.init(comm=...) takes an mpi4py communicator, not {type(comm).__name__}")
         _core.init(comm.py2f())
+    if process_sets:
+        from horo.process_sets import add_process_set
+
+        for process_set in process_sets:
+            add_process_set(process_set)
 
 
 def shutdown():

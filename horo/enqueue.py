@@ -2,7 +2,7 @@
 buffers, describe them, enqueue, and remember what synchronize() returns."""
 import itertools
 
-from horo import dtypes
+from horo import dtypes, process_sets
 from horo._native import _core
 from horo.handles import track
 from horo.tensors import address
@@ -16,8 +16,10 @@ def tensor_name(name, collective):
     return name if name is not None else f"{collective}.noname.{next(_unnamed)}"
 
 
-def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=()):
+def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),
+            process_set=None):
     """Hands `array` (and `output`, or None for a core-allocated one) to the core; returns the handle."""
+    set_id = process_sets.resolve(process_set, name)[0]
     handle = _core.enqueue(
         _CODES[collective],
         name,
@@ -30,6 +32,7 @@ def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postsca
         float(postscale),
         int(root),
         list(splits),
+        set_id,
     )
     return track(handle, name, finish, (array, output))
 
@@ -42,7 +45,7 @@ def allocated(dtype):
     """finish() for core-allocated outputs: view the bytes as `dtype` in the agreed shape."""
 
     def finish(core_result):
-        data, shape, _splits = core_result
+        data, shape = core_result[0], core_result[1]
         return data.view(dtype).reshape(shape)
 
     return finish

@@ -66,6 +66,8 @@ const char* collective_name(CollectiveType type) {
     case CollectiveType::kGather: return "gather";
     case CollectiveType::kScatter: return "scatter";
     case CollectiveType::kReduce: return "reduce";
+    case CollectiveType::kAddProcessSet: return "add_process_set";
+    case CollectiveType::kRemoveProcessSet: return "remove_process_set";
   }
   return "unknown";
 }

@@ -40,8 +40,10 @@ enum class CollectiveType : uint8_t {
   kGather = 6,
   kScatter = 7,
   kReduce = 8,
+  kAddProcessSet = 9,     // ranks in Request::splits; runs on the global set
+  kRemoveProcessSet = 10,  // the set's id in Request::root
 };
-constexpr int kNumCollectiveTypes = 9;
+constexpr int kNumCollectiveTypes = 11;
 
 size_t dtype_size(DataType dtype);
 const char* dtype_name(DataType dtype);

@@ -211,6 +211,24 @@ Response Controller::match(const std::string& name, const TableEntry& entry) con
                       type == CollectiveType::kScatter || type == CollectiveType::kReduce;
   if (differ("collective", [](const Request& q) { return std::string(collective_name(q.type)); })) return response;
   if (first.type == CollectiveType::kBarrier) return response;
+  if (type == CollectiveType::kAddProcessSet) {
+    auto ranks = [](const Request& q) {
+      Request shown = q;
+      shown.shape = q.splits;
+      return shown.shape_string();
+    };
+    if (differ("ranks", ranks)) return response;
+    bool valid = !first.splits.empty();
+    for (size_t i = 0; i < first.splits.size(); ++i) {
+      valid &= first.splits[i] >= 0 && first.splits[i] < n && (i == 0 || first.splits[i] > first.splits[i - 1]);
+    }
+    if (!valid) fail("ranks " + ranks(first) + " must be distinct ranks of the " + std::to_string(n) + " in the job");
+    return response;
+  }
+  if (type == CollectiveType::kRemoveProcessSet) {
+    differ("process set id", [](const Request& q) { return std::to_string(q.root); });
+    return response;
+  }
   if (differ("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); })) return response;
   if (ragged ? differ("shape", trailing_dims) : differ("shape", [](const Request& q) { return q.shape_string(); })) {
     return response;
@@ -223,7 +241,8 @@ Response Controller::match(const std::string& name, const TableEntry& entry) con
   if (rooted) {
     if (differ("root rank", [](const Request& q) { return std::to_string(q.root); })) return response;
     if (first.root < 0 || first.root >= n) {
-      fail("root rank " + std::to_string(first.root) + " is outside the " + std::to_string(n) + " ranks");
+      fail("root rank " + std::to_string(first.root) + " is not one of the " + std::to_string(n) +
+           " ranks taking part (a root must be a member of the process set)");
       return response;
     }
   }

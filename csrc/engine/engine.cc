@@ -9,12 +9,16 @@
 
 namespace horo {
 
-Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables)
-    : tunables_(tunables),
-      transport_(std::move(transport)),
-      controller_(*transport_, tunables_),
-      executor_(*transport_, tunables_) {
+Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) : tunables_(tunables) {
+  add_set(0, std::move(transport));
   thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::add_set(int id, std::unique_ptr<Transport> transport) {
+  ProcessSet& set = sets_[id];
+  set.transport = std::move(transport);
+  set.controller = std::make_unique<Controller>(*set.transport, tunables_);
+  set.executor = std::make_unique<Executor>(*set.transport, tunables_);
 }
 
 Engine::~Engine() { shutdown(); }
@@ -22,6 +26,7 @@ Engine::~Engine() { shutdown(); }
 int Engine::enqueue(TensorEntry entry) {
   if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   const std::string name = entry.request.name;
+  const int entry_set = entry.request.process_set;
   entry.handle = handles_.create();
   const int handle = entry.handle;
   try {
@@ -34,7 +39,7 @@ int Engine::enqueue(TensorEntry entry) {
   // The loop may have stopped between the check and the push; if it has not
   // failed this entry itself, take it back so the caller hears it now.
   TensorEntry stranded;
-  if (stopped_ && queue_.take(name, &stranded)) {
+  if (stopped_ && queue_.take(entry_set, name, &stranded)) {
     handles_.complete(handle, "shut down");
     handles_.wait(handle);  // forgets the handle
     throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
@@ -53,16 +58,40 @@ void Engine::loop() {
   const auto cycle_time = duration_cast<microseconds>(duration<double, std::milli>(tunables_.cycle_time_ms));
   auto backoff = microseconds(0);  // grows while pending tensors make no progress
   try {
-    while (true) {
-      if (!controller_.has_pending()) {
+    bool stop = false;
+    while (!stop) {
+      bool pending = false;
+      for (auto& kv : sets_) pending |= kv.second.controller->has_pending();
+      if (!pending) {
         queue_.wait_for_work(shutdown_requested_ ? microseconds(0) : cycle_time);
       } else if (backoff.count() > 0) {
         queue_.wait_for_work(backoff);
       }
-      Controller::Cycle cycle = controller_.run_cycle(queue_.take_new_requests(), shutdown_requested_);
-      const bool progressed = !cycle.responses.empty();
-      execute(std::move(cycle.responses));
-      if (cycle.shutdown) break;
+      // Route new requests to their set; a set this rank is not in fails at once.
+      std::map<int, std::vector<Request>> arrived;
+      for (Request& q : queue_.take_new_requests()) {
+        if (sets_.count(q.process_set)) {
+          arrived[q.process_set].push_back(std::move(q));
+          continue;
+        }
+        TensorEntry e;
+        if (queue_.take(q.process_set, q.name, &e)) {
+          fail({std::move(e)}, "process set " + std::to_string(q.process_set) + " does not exist on this rank");
+        }
+      }
+      bool progressed = false;
+      // Ids ascend on every rank, so members of a set reach its cycle in the same order.
+      std::vector<int> ids;
+      for (auto& kv : sets_) ids.push_back(kv.first);
+      for (int id : ids) {
+        if (!sets_.count(id)) continue;  // removed earlier in this pass
+        const bool global = id == 0;
+        Controller::Cycle cycle = sets_[id].controller->run_cycle(std::move(arrived[id]),
+                                                                  global && shutdown_requested_);
+        progressed |= !cycle.responses.empty();
+        execute(id, std::move(cycle.responses));
+        stop |= global && cycle.shutdown;
+      }
       // Waiting on peers costs a polite poll inside the cycle; back-to-back
       // cycles only spin when every rank waits on the others' callers, so
       // back off then (bounded by the cycle time).
@@ -75,39 +104,66 @@ void Engine::loop() {
     stop_reason_ = std::string(" after an internal error: ") + e.what();
     fail_everything(std::string("horo's background thread failed: ") + e.what());
   }
-  transport_.reset();  // frees the communicator; every rank leaves the loop in the same cycle
+  // Frees the communicators, sub-sets first; every rank leaves the loop in the same cycle.
+  while (!sets_.empty()) sets_.erase(std::prev(sets_.end()));
 }
 
-void Engine::fail_everything(const std::string& why) {
-  stopped_ = true;
-  for (TensorEntry& e : queue_.take_all()) {
+void Engine::fail(std::vector<TensorEntry> entries, const std::string& why) {
+  for (TensorEntry& e : entries) {
     handles_.complete(e.handle, std::string(collective_name(e.request.type)) + " '" + e.request.name + "': " + why);
   }
 }
 
-void Engine::execute(std::vector<Response> responses) {
+void Engine::fail_everything(const std::string& why) {
+  stopped_ = true;
+  fail(queue_.take_all(), why);
+}
+
+std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
+  auto out = std::make_shared<AllocatedOutput>();
+  if (agreed.type == CollectiveType::kAddProcessSet) {
+    // Every rank runs this in the same global order, so ids agree everywhere.
+    const int id = next_set_id_++;
+    std::vector<int> members(agreed.splits.begin(), agreed.splits.end());
+    std::unique_ptr<Transport> sub = sets_.at(0).transport->split(members);
+    if (sub) add_set(id, std::move(sub));
+    out->process_set_id = id;
+  } else {
+    const int id = agreed.root;
+    fail(queue_.take_all_of(id), "process set " + std::to_string(id) + " was removed while this tensor was pending");
+    sets_.erase(id);  // members free its communicator together
+    out->process_set_id = id;
+  }
+  return out;
+}
+
+void Engine::execute(int set_id, std::vector<Response> responses) {
   if (responses.empty()) return;
   for (auto& group : plan_fusion(std::move(responses), static_cast<size_t>(tunables_.fusion_threshold_bytes))) {
     std::vector<TensorEntry> entries;
     for (const Response& r : group) {
       TensorEntry e;
-      if (queue_.take(r.request.name, &e)) {
+      if (queue_.take(set_id, r.request.name, &e)) {
         entries.push_back(std::move(e));
       } else if (r.kind == Response::Kind::kExecute) {
         // Cannot happen while ranks agree; refusing beats joining a collective without a buffer.
         throw Error("response for '" + r.request.name + "' has no local tensor");
       }
     }
+    const Request& agreed = group.front().request;
     if (group.front().kind == Response::Kind::kError) {
       for (auto& e : entries) handles_.complete(e.handle, group.front().error);
       continue;
     }
     std::string error;
     try {
-      executor_.run(group, entries);
+      if (agreed.type == CollectiveType::kAddProcessSet || agreed.type == CollectiveType::kRemoveProcessSet) {
+        entries.front().allocated = change_sets(agreed);
+      } else {
+        sets_.at(set_id).executor->run(group, entries);
+      }
     } catch (const Error& e) {
-      error = std::string(collective_name(group.front().request.type)) + " '" + group.front().request.name +
-              "' failed: " + e.what();
+      error = std::string(collective_name(agreed.type)) + " '" + agreed.name + "' failed: " + e.what();
     }
     for (auto& e : entries) handles_.complete(e.handle, error, std::move(e.allocated));
   }

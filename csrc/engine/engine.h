@@ -1,9 +1,13 @@
 // One per process: the tensor queue, the handle table and the background
 // thread that runs coordination cycles and executes what they agree on.
-// All network traffic happens on that thread.
+// All network traffic happens on that thread. Each process set this rank
+// belongs to (0 is every rank) has its own transport, controller and
+// executor; one loop cycles them in id order, so members of a set always
+// meet in that set's cycles and sets never wait on each other's tensors.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,16 +36,24 @@ class Engine {
   bool stopped() const { return stopped_; }
 
  private:
+  struct ProcessSet {
+    std::unique_ptr<Transport> transport;
+    std::unique_ptr<Controller> controller;
+    std::unique_ptr<Executor> executor;
+  };
   void loop();
-  void execute(std::vector<Response> responses);
+  void add_set(int id, std::unique_ptr<Transport> transport);
+  void execute(int set_id, std::vector<Response> responses);
+  // Process-set changes, agreed on the global set like any collective.
+  std::shared_ptr<AllocatedOutput> change_sets(const Request& agreed);
+  void fail(std::vector<TensorEntry> entries, const std::string& why);
   void fail_everything(const std::string& why);
 
   Tunables tunables_;
-  std::unique_ptr<Transport> transport_;
   TensorQueue queue_;
   HandleTable handles_;
-  Controller controller_;
-  Executor executor_;
+  std::map<int, ProcessSet> sets_;  // background thread only
+  int next_set_id_ = 1;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::string stop_reason_;

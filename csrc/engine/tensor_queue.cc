@@ -4,17 +4,22 @@
 
 namespace horo {
 
+namespace {
+std::string key_of(int process_set, const std::string& name) { return std::to_string(process_set) + ':' + name; }
+}  // namespace
+
 void TensorQueue::push(TensorEntry entry) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::string& name = entry.request.name;
-    if (in_flight_.count(name)) {
+    const std::string key = key_of(entry.request.process_set, name);
+    if (in_flight_.count(key)) {
       throw Error(std::string(collective_name(entry.request.type)) + " '" + name +
                   "': a tensor with this name is already in flight on this rank; synchronize it first "
                   "or give the new one another name");
     }
     new_requests_.push_back(entry.request);
-    in_flight_.emplace(name, std::move(entry));
+    in_flight_.emplace(key, std::move(entry));
   }
   work_cv_.notify_one();
 }
@@ -26,9 +31,9 @@ std::vector<Request> TensorQueue::take_new_requests() {
   return out;
 }
 
-bool TensorQueue::take(const std::string& name, TensorEntry* entry) {
+bool TensorQueue::take(int process_set, const std::string& name, TensorEntry* entry) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = in_flight_.find(name);
+  auto it = in_flight_.find(key_of(process_set, name));
   if (it == in_flight_.end()) return false;
   *entry = std::move(it->second);
   in_flight_.erase(it);
@@ -41,6 +46,20 @@ std::vector<TensorEntry> TensorQueue::take_all() {
   for (auto& kv : in_flight_) out.push_back(std::move(kv.second));
   in_flight_.clear();
   new_requests_.clear();
+  return out;
+}
+
+std::vector<TensorEntry> TensorQueue::take_all_of(int process_set) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TensorEntry> out;
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (it->second.request.process_set == process_set) {
+      out.push_back(std::move(it->second));
+      it = in_flight_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   return out;
 }
 

@@ -21,6 +21,7 @@ struct AllocatedOutput {
   std::vector<char> bytes;
   std::vector<int64_t> shape;
   std::vector<int64_t> received_splits;  // alltoall
+  int process_set_id = -1;               // add_process_set
 };
 
 struct TensorEntry {
@@ -38,8 +39,9 @@ class TensorQueue {
   // Requests pushed since the last call, in push order.
   std::vector<Request> take_new_requests();
   // Removes and returns the in-flight entry; false if there is none.
-  bool take(const std::string& name, TensorEntry* entry);
+  bool take(int process_set, const std::string& name, TensorEntry* entry);
   std::vector<TensorEntry> take_all();
+  std::vector<TensorEntry> take_all_of(int process_set);
   // Sleeps until something is pushed, wake() is called, or `timeout` passes.
   void wait_for_work(std::chrono::microseconds timeout);
   void wake();
@@ -48,6 +50,7 @@ class TensorQueue {
   std::mutex mutex_;
   std::condition_variable work_cv_;
   bool woken_ = false;
+  // Names are unique per process set: the key is (set, name).
   std::unordered_map<std::string, TensorEntry> in_flight_;
   std::vector<Request> new_requests_;
 };

@@ -53,7 +53,7 @@ void shutdown() {
 
 int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
             std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
-            std::vector<int64_t> splits) {
+            std::vector<int64_t> splits, int process_set) {
   require_init();
   if (!collective_valid(type)) throw py::value_error("'" + name + "': unknown collective " + std::to_string(type));
   const std::string kind = collective_name(static_cast<CollectiveType>(type));
@@ -69,12 +69,13 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
   entry.request.name = name;
   entry.request.root = root;
   entry.request.splits = std::move(splits);
+  entry.request.process_set = process_set;
   entry.input = reinterpret_cast<const void*>(input);
   entry.output = reinterpret_cast<void*>(output);
   return g_engine->enqueue(std::move(entry));
 }
 
-// None, or (uint8 array owning the core-allocated output, shape, received splits).
+// None, or (uint8 array owning the core-allocated output, shape, received splits, new process set id).
 py::object wait(int handle) {
   require_init();
   std::shared_ptr<Engine> engine = g_engine;
@@ -91,7 +92,7 @@ py::object wait(int handle) {
   py::array_t<uint8_t> data({static_cast<py::ssize_t>(bytes.size())}, {1}, reinterpret_cast<uint8_t*>(bytes.data()),
                             free_when_done);
   return py::make_tuple(data, py::tuple(py::cast(result.allocated->shape)),
-                        py::cast(result.allocated->received_splits));
+                        py::cast(result.allocated->received_splits), result.allocated->process_set_id);
 }
 
 }  // namespace
@@ -119,7 +120,7 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("enqueue", &enqueue, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),
         py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-        py::arg("splits"), "Hands a collective on raw buffers to the background thread; returns its handle.");
+        py::arg("splits"), py::arg("process_set") = 0, "Hands a collective on raw buffers to the background thread; returns its handle.");
   m.def("poll", [](int handle) { require_init(); return g_engine->poll(handle); });
   m.def("wait", &wait, "Block until the handle completes; raise HoroError if it failed.");
   m.attr("collective_codes") = [] {

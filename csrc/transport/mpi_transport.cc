@@ -220,6 +220,14 @@ bool MpiTransport::native_reduce(const void* input, void* output, size_t count, 
 
 void MpiTransport::barrier() { HORO_MPI(MPI_Barrier(comm_)); }
 
+std::unique_ptr<Transport> MpiTransport::split(const std::vector<int>& members) {
+  const bool member = std::find(members.begin(), members.end(), rank_) != members.end();
+  MPI_Comm sub = MPI_COMM_NULL;
+  HORO_MPI(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, rank_, &sub));
+  if (!member) return nullptr;
+  return std::make_unique<MpiTransport>(sub);
+}
+
 void MpiTransport::allreduce_bitand(std::vector<uint64_t>& words) {
   MPI_Request request;
   HORO_MPI(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND,

@@ -35,6 +35,7 @@ class MpiTransport : public Transport {
   void scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) override;
   bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root) override;
   void barrier() override;
+  std::unique_ptr<Transport> split(const std::vector<int>& members) override;
 
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;

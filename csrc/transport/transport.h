@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ class Transport {
   virtual bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
                              int root) = 0;
   virtual void barrier() = 0;
+  // Collective over this transport: a transport over `members` (ranks of
+  // this one, ascending) for members, nullptr for everyone else.
+  virtual std::unique_ptr<Transport> split(const std::vector<int>& members) = 0;
 
   // Control plane, used by the controller once per cycle.
   // Bitwise AND of `words` across ranks, in place. Waits politely: the other

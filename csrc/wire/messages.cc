@@ -16,7 +16,8 @@ int64_t Request::num_elements() const {
 bool Response::answers(const Request& q, int rank, int size) const {
   const Request& p = request;
   if (q.type != p.type || q.dtype != p.dtype || q.op != p.op || q.prescale != p.prescale ||
-      q.postscale != p.postscale || q.root != p.root || q.name != p.name) {
+      q.postscale != p.postscale || q.root != p.root || q.name != p.name ||
+      (q.type != CollectiveType::kAlltoall && q.splits != p.splits)) {
     return false;
   }
   const bool gathers = q.type == CollectiveType::kAllgather || q.type == CollectiveType::kGather;
@@ -60,6 +61,7 @@ class Writer {
     put(q.postscale);
     put_ints(q.shape);
     put_string(q.name);
+    put(q.process_set);
     put(q.root);
     put_ints(q.splits);
   }
@@ -102,6 +104,7 @@ class Reader {
     q.postscale = get<double>();
     q.shape = get_ints();
     q.name = get_string();
+    q.process_set = get<int32_t>();
     q.root = get<int32_t>();
     q.splits = get_ints();
     return q;

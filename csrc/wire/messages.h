@@ -20,7 +20,8 @@ struct Request {
   double postscale = 1.0;
   std::vector<int64_t> shape;
   std::string name;
-  int32_t root = 0;             // broadcast
+  int32_t process_set = 0;      // 0: every rank
+  int32_t root = 0;             // broadcast, gather, scatter, reduce (rank within the set)
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
 
   int64_t num_elements() const;

@@ -1,0 +1,107 @@
+"""Process sets: collectives over a subset of the ranks, on a communicator of their own.
+
+    evens = horo.add_process_set([0, 2])      # every rank calls it, in the same order
+    horo.allreduce(x, process_set=evens)       # only ranks 0 and 2 call this
+    horo.remove_process_set(evens)
+
+Roots (`root_rank=`) are global ranks and must belong to the set.
+"""
+import itertools
+
+import numpy as np
+
+from horo import basics
+
+_adds = itertools.count()
+_TOKEN = np.zeros(0, dtype=np.uint8)
+
+
+class ProcessSet:
+    """A fixed group of global ranks; `process_set_id` is set once every rank has added it."""
+
+    def __init__(self, ranks):
+        self.ranks = sorted(int(r) for r in ranks)
+        self.process_set_id = None
+
+    def size(self):
+        return len(self.ranks)
+
+    def rank(self):
+        """This process's rank within the set."""
+        return self.ranks.index(basics.rank())
+
+    def included(self):
+        return basics.rank() in self.ranks
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of the job; its ranks are known once horo is initialised."""
+
+    def __init__(self):
+        super().__init__([])
+        self.process_set_id = 0
+
+    @property
+    def ranks(self):
+        return list(range(basics.size()))
+
+    @ranks.setter
+    def ranks(self, _value):
+        pass
+
+    def rank(self):
+        return basics.rank()
+
+    def included(self):
+        return True
+
+
+global_process_set = _GlobalProcessSet()
+
+
+def resolve(process_set, tensor_name):
+    """(set id, this rank's index in it, its size) or a ValueError naming the tensor."""
+    ps = global_process_set if process_set is None else process_set
+    if ps.process_set_id is None:
+        raise ValueError(f"'{tensor_name}': {ps!r} has not been added (horo.add_process_set) or was removed")
+    me = basics.rank()
+    if ps.process_set_id != 0 and me not in ps.ranks:
+        raise ValueError(f"'{tensor_name}': rank {me} is not in {ps!r}; only its members may call collectives on it")
+    return ps.process_set_id, ps.rank(), ps.size()
+
+
+def root_within(process_set, root_rank):
+    """A global root rank as an index into the set (out of range, so every rank hears why, if not a member)."""
+    ps = global_process_set if process_set is None else process_set
+    ranks = ps.ranks
+    return ranks.index(root_rank) if root_rank in ranks else len(ranks) + abs(int(root_rank))
+
+
+def add_process_set(process_set):
+    """Registers a set (a ProcessSet or a list of ranks) on every rank; collective over all ranks."""
+    from horo.enqueue import enqueue
+    from horo.handles import synchronize
+
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None:
+        raise ValueError(f"{ps!r} has already been added")
+    name = f"process_set.add.{next(_adds)}"
+    handle = enqueue("add_process_set", name, _TOKEN, _TOKEN, lambda result: result[3], splits=ps.ranks)
+    ps.process_set_id = synchronize(handle)
+    return ps
+
+
+def remove_process_set(process_set):
+    """Unregisters a set on every rank; collective over all ranks. Its pending collectives fail."""
+    from horo.enqueue import enqueue
+    from horo.handles import synchronize
+
+    if process_set.process_set_id in (None, 0):
+        raise ValueError(f"{process_set!r} cannot be removed (not added, already removed, or the global set)")
+    name = f"process_set.remove.{process_set.process_set_id}"
+    synchronize(enqueue("remove_process_set", name, _TOKEN, _TOKEN, lambda result: None,
+                        root=process_set.process_set_id))
+    process_set.process_set_id = None
