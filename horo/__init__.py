@@ -11,6 +11,7 @@ from horo.allgather import allgather, allgather_async, grouped_allgather, groupe
 from horo.alltoall import alltoall, alltoall_async
 from horo.barrier import barrier
 from horo.broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
+from horo.join import join
 from horo.objects import allgather_object, broadcast_object
 from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horo.rooted import gather, gather_async, reduce, reduce_async, scatter, scatter_async
@@ -60,5 +61,5 @@ __all__ = [
     "broadcast_object", "allgather_object",
     "gather", "gather_async", "scatter", "scatter_async", "reduce", "reduce_async",
     "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
-    "poll", "synchronize", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "join", "poll", "synchronize", "Average", "Sum", "Adasum", "Min", "Max", "Product",
 ]

@@ -68,6 +68,7 @@ const char* collective_name(CollectiveType type) {
     case CollectiveType::kReduce: return "reduce";
     case CollectiveType::kAddProcessSet: return "add_process_set";
     case CollectiveType::kRemoveProcessSet: return "remove_process_set";
+    case CollectiveType::kJoin: return "join";
   }
   return "unknown";
 }

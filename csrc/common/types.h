@@ -42,8 +42,9 @@ enum class CollectiveType : uint8_t {
   kReduce = 8,
   kAddProcessSet = 9,     // ranks in Request::splits; runs on the global set
   kRemoveProcessSet = 10,  // the set's id in Request::root
+  kJoin = 11,
 };
-constexpr int kNumCollectiveTypes = 11;
+constexpr int kNumCollectiveTypes = 12;
 
 size_t dtype_size(DataType dtype);
 const char* dtype_name(DataType dtype);

@@ -12,6 +12,7 @@ namespace {
 
 constexpr uint64_t kFlagNothingToNegotiate = 1;
 constexpr uint64_t kFlagNotShuttingDown = 2;
+constexpr uint64_t kFlagJoined = 4;
 
 void set_bit(std::vector<uint64_t>& words, size_t first_word, int bit) {
   words[first_word + bit / 64] |= uint64_t(1) << (bit % 64);
@@ -43,7 +44,10 @@ Controller::Controller(Transport& transport, const Tunables& tunables)
 
 Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool shutdown_requested) {
   const auto now = Clock::now();
-  for (auto& q : new_requests) pending_.push_back(Pending{std::move(q), now});
+  for (auto& q : new_requests) {
+    joined_ |= q.type == CollectiveType::kJoin;
+    pending_.push_back(Pending{std::move(q), now});
+  }
 
   // Classify what this rank holds against the (identical) caches.
   const int bits = cache_.bit_bound();
@@ -80,7 +84,21 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
     }
     if (p.cache_bit < 0) must_negotiate = true;
   }
-  words[0] = (must_negotiate ? 0 : kFlagNothingToNegotiate) | (shutdown_requested ? 0 : kFlagNotShuttingDown);
+  if (joined_) {
+    // A joined rank is ready for every cached allreduce (it contributes the
+    // identity); any other cached collective must be renegotiated, so the
+    // coordinator can tell its callers it cannot run without this rank.
+    for (int bit = 0; bit < bits; ++bit) {
+      if (!cache_.contains(bit)) continue;
+      if (cache_.get(bit).request.type == CollectiveType::kAllreduce) {
+        set_bit(words, ready_at, bit);
+      } else {
+        clear_bit(words, valid_at, bit);
+      }
+    }
+  }
+  words[0] = (must_negotiate ? 0 : kFlagNothingToNegotiate) | (shutdown_requested ? 0 : kFlagNotShuttingDown) |
+             (joined_ ? kFlagJoined : 0);
 
   transport_.allreduce_bitand(words);
 
@@ -97,8 +115,10 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
     }
   }
   // Cached tensors ready everywhere, in bit order (the same on every rank).
+  // Once every rank has joined, nobody holds them: nothing runs from the cache.
+  const bool all_joined = words[0] & kFlagJoined;
   std::vector<bool> ran(pending_.size(), false);
-  for (int bit = 0; bit < bits; ++bit) {
+  for (int bit = 0; bit < bits && !all_joined; ++bit) {
     if (!test_bit(words, ready_at, bit) || !test_bit(words, valid_at, bit)) continue;
     cycle.responses.push_back(cache_.get(bit));
     cache_.touch(bit);
@@ -121,7 +141,10 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
     if (transport_.rank() == 0) answer = encode_responses(coordinate(gathered));
     transport_.broadcast_bytes(answer, 0);
     for (Response& response : decode_responses(answer)) {
-      if (response.kind == Response::Kind::kExecute) cache_.put(response);
+      if (response.request.type == CollectiveType::kJoin) joined_ = false;
+      if (response.kind == Response::Kind::kExecute && response.request.type != CollectiveType::kJoin) {
+        cache_.put(response);
+      }
       for (size_t i = 0; i < pending_.size(); ++i) {
         if (pending_[i].sent && pending_[i].request.name == response.request.name) ran[i] = true;
       }
@@ -144,8 +167,14 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
 std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered) {
   const int n = transport_.size();
   const auto now = Clock::now();
+  if (joined_ranks_.empty()) joined_ranks_.assign(n, false);
   for (int r = 0; r < n; ++r) {
     for (Request& q : decode_requests(gathered[r])) {
+      if (q.type == CollectiveType::kJoin) {
+        joined_ranks_[r] = true;
+        last_joined_ = r;
+        continue;
+      }
       auto [it, inserted] = table_.try_emplace(q.name);
       TableEntry& entry = it->second;
       if (inserted) {
@@ -164,8 +193,29 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
   for (size_t i = 0; i < table_order_.size(); ++i) {
     const std::string& name = table_order_[i];
     auto it = table_.find(name);
-    if (it->second.count == n) {
-      responses.push_back(match(name, it->second));
+    const TableEntry& entry = it->second;
+    // Ranks that joined count as having submitted; the others are compared.
+    TableEntry present;
+    std::vector<int> stand_ins;
+    for (int r = 0; r < n; ++r) {
+      if (entry.present[r]) {
+        present.by_rank.push_back(entry.by_rank[r]);
+      } else if (joined_ranks_[r]) {
+        stand_ins.push_back(r);
+      }
+    }
+    if (static_cast<int>(present.by_rank.size() + stand_ins.size()) == n) {
+      const Request& first = present.by_rank.front();
+      if (!stand_ins.empty() && first.type != CollectiveType::kAllreduce) {
+        Response error;
+        error.kind = Response::Kind::kError;
+        error.request = first;
+        error.error = std::string(collective_name(first.type)) + " '" + name + "': rank(s) " +
+                      rank_list(stand_ins) + " have called join(); only allreduce goes on until every rank joins";
+        responses.push_back(std::move(error));
+      } else {
+        responses.push_back(stand_ins.empty() ? match(name, entry) : match(name, present));
+      }
       table_.erase(it);
     } else {
       table_order_[keep++] = name;
@@ -173,6 +223,14 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
   }
   table_order_.resize(keep);
   inspect_stalls(&responses);
+  if (std::all_of(joined_ranks_.begin(), joined_ranks_.end(), [](bool j) { return j; })) {
+    Response join;
+    join.request.type = CollectiveType::kJoin;
+    join.request.name = "join";
+    join.per_rank = {last_joined_};
+    responses.push_back(std::move(join));
+    joined_ranks_.assign(n, false);
+  }
   return responses;
 }
 

@@ -35,6 +35,9 @@ class Controller {
 
   // Local requests still waiting for other ranks.
   bool has_pending() const { return !pending_.empty(); }
+  // This rank called join() and, until every rank has, stands in for the
+  // others' allreduces with identity values.
+  bool joined() const { return joined_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -65,6 +68,9 @@ class Controller {
   std::map<std::string, TableEntry> table_;
   std::vector<std::string> table_order_;  // names in arrival order, for response order
   Clock::time_point last_stall_check_;
+  bool joined_ = false;
+  std::vector<bool> joined_ranks_;  // coordinator
+  int last_joined_ = -1;            // coordinator
 };
 
 }  // namespace horo

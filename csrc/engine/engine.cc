@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/fusion_buffer.h"
+#include "reduce/reduce_kernels.h"
 
 namespace horo {
 
@@ -127,23 +128,33 @@ std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
     std::vector<int> members(agreed.splits.begin(), agreed.splits.end());
     std::unique_ptr<Transport> sub = sets_.at(0).transport->split(members);
     if (sub) add_set(id, std::move(sub));
-    out->process_set_id = id;
+    out->value = id;
   } else {
     const int id = agreed.root;
     fail(queue_.take_all_of(id), "process set " + std::to_string(id) + " was removed while this tensor was pending");
     sets_.erase(id);  // members free its communicator together
-    out->process_set_id = id;
+    out->value = id;
   }
   return out;
 }
 
 void Engine::execute(int set_id, std::vector<Response> responses) {
   if (responses.empty()) return;
+  ProcessSet& set = sets_.at(set_id);
   for (auto& group : plan_fusion(std::move(responses), static_cast<size_t>(tunables_.fusion_threshold_bytes))) {
     std::vector<TensorEntry> entries;
+    std::vector<std::vector<char>> stand_ins;  // a joined rank's identity contributions
     for (const Response& r : group) {
       TensorEntry e;
       if (queue_.take(set_id, r.request.name, &e)) {
+        entries.push_back(std::move(e));
+      } else if (r.kind == Response::Kind::kExecute && r.request.type == CollectiveType::kAllreduce &&
+                 set.controller->joined()) {
+        e.request = r.request;
+        const size_t count = static_cast<size_t>(r.request.num_elements());
+        stand_ins.emplace_back(count * dtype_size(r.request.dtype));
+        fill_identity(r.request.dtype, r.request.op, stand_ins.back().data(), count);
+        e.input = e.output = stand_ins.back().data();
         entries.push_back(std::move(e));
       } else if (r.kind == Response::Kind::kExecute) {
         // Cannot happen while ranks agree; refusing beats joining a collective without a buffer.
@@ -159,8 +170,11 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
     try {
       if (agreed.type == CollectiveType::kAddProcessSet || agreed.type == CollectiveType::kRemoveProcessSet) {
         entries.front().allocated = change_sets(agreed);
+      } else if (agreed.type == CollectiveType::kJoin) {
+        entries.front().allocated = std::make_shared<AllocatedOutput>();
+        entries.front().allocated->value = group.front().per_rank.front();
       } else {
-        sets_.at(set_id).executor->run(group, entries);
+        set.executor->run(group, entries);
       }
     } catch (const Error& e) {
       error = std::string(collective_name(agreed.type)) + " '" + agreed.name + "' failed: " + e.what();

@@ -21,7 +21,7 @@ struct AllocatedOutput {
   std::vector<char> bytes;
   std::vector<int64_t> shape;
   std::vector<int64_t> received_splits;  // alltoall
-  int process_set_id = -1;               // add_process_set
+  int64_t value = -1;  // add_process_set: the new set's id; join: the last rank to join
 };
 
 struct TensorEntry {

@@ -75,7 +75,7 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
   return g_engine->enqueue(std::move(entry));
 }
 
-// None, or (uint8 array owning the core-allocated output, shape, received splits, new process set id).
+// None, or (uint8 array owning the core-allocated output, shape, received splits, value).
 py::object wait(int handle) {
   require_init();
   std::shared_ptr<Engine> engine = g_engine;
@@ -92,7 +92,7 @@ py::object wait(int handle) {
   py::array_t<uint8_t> data({static_cast<py::ssize_t>(bytes.size())}, {1}, reinterpret_cast<uint8_t*>(bytes.data()),
                             free_when_done);
   return py::make_tuple(data, py::tuple(py::cast(result.allocated->shape)),
-                        py::cast(result.allocated->received_splits), result.allocated->process_set_id);
+                        py::cast(result.allocated->received_splits), result.allocated->value);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "reduce/reduce_kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -152,6 +154,43 @@ void copy_scaled(DataType dtype, void* dst, const void* src, size_t count, doubl
     case DataType::kFloat16: return copy_scaled_half<half_to_float, float_to_half>(dst, src, count, factor);
     case DataType::kBFloat16:
       return copy_scaled_half<bfloat16_to_float, float_to_bfloat16>(dst, src, count, factor);
+  }
+}
+
+namespace {
+
+template <typename T>
+void fill_identity_typed(ReduceOp op, void* buf, size_t count) {
+  T value = 0;
+  if (op == ReduceOp::kProduct) value = 1;
+  if (op == ReduceOp::kMin) value = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                                         : std::numeric_limits<T>::max();
+  if (op == ReduceOp::kMax) value = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                         : std::numeric_limits<T>::lowest();
+  std::fill_n(static_cast<T*>(buf), count, value);
+}
+
+template <uint16_t (*Narrow)(float)>
+void fill_identity_half(ReduceOp op, void* buf, size_t count) {
+  float value = 0.0f;
+  if (op == ReduceOp::kProduct) value = 1.0f;
+  if (op == ReduceOp::kMin) value = std::numeric_limits<float>::infinity();
+  if (op == ReduceOp::kMax) value = -std::numeric_limits<float>::infinity();
+  std::fill_n(static_cast<uint16_t*>(buf), count, Narrow(value));
+}
+
+}  // namespace
+
+void fill_identity(DataType dtype, ReduceOp op, void* buf, size_t count) {
+  switch (dtype) {
+    case DataType::kUInt8: return fill_identity_typed<uint8_t>(op, buf, count);
+    case DataType::kInt8: return fill_identity_typed<int8_t>(op, buf, count);
+    case DataType::kInt32: return fill_identity_typed<int32_t>(op, buf, count);
+    case DataType::kInt64: return fill_identity_typed<int64_t>(op, buf, count);
+    case DataType::kFloat32: return fill_identity_typed<float>(op, buf, count);
+    case DataType::kFloat64: return fill_identity_typed<double>(op, buf, count);
+    case DataType::kFloat16: return fill_identity_half<float_to_half>(op, buf, count);
+    case DataType::kBFloat16: return fill_identity_half<float_to_bfloat16>(op, buf, count);
   }
 }
 

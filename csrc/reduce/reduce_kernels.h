@@ -21,6 +21,10 @@ void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void
 // float32); integers scale in float64 and round half to even.
 void scale_buffer(DataType dtype, void* buf, size_t count, double factor);
 
+// buf[i] = the identity of `op` (0 for sum, 1 for product, the largest value
+// for min, the smallest for max): what a rank that has joined contributes.
+void fill_identity(DataType dtype, ReduceOp op, void* buf, size_t count);
+
 // dst[i] = src[i] * factor (copy and scale in one pass).
 void copy_scaled(DataType dtype, void* dst, const void* src, size_t count, double factor);
 
