@@ -1,7 +1,6 @@
 """broadcast: every rank ends with root_rank's tensor."""
 import numpy as np
 
-from horo import process_sets
 from horo.enqueue import enqueue, returning, tensor_name
 from horo.handles import synchronize
 from horo.tensors import as_array
@@ -11,13 +10,13 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
     name = tensor_name(name, "broadcast")
     array = as_array(tensor, name)
     output = np.empty_like(array)
-    return enqueue("broadcast", name, array, output, returning(output), root=process_sets.root_within(process_set, root_rank), process_set=process_set)
+    return enqueue("broadcast", name, array, output, returning(output), root=root_rank, process_set=process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     name = tensor_name(name, "broadcast")
     array = as_array(tensor, name, in_place=True)
-    return enqueue("broadcast", name, array, array, returning(tensor), root=process_sets.root_within(process_set, root_rank), process_set=process_set)
+    return enqueue("broadcast", name, array, array, returning(tensor), root=root_rank, process_set=process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):

@@ -73,13 +73,6 @@ def resolve(process_set, tensor_name):
     return ps.process_set_id, ps.rank(), ps.size()
 
 
-def root_within(process_set, root_rank):
-    """A global root rank as an index into the set (out of range, so every rank hears why, if not a member)."""
-    ps = global_process_set if process_set is None else process_set
-    ranks = ps.ranks
-    return ranks.index(root_rank) if root_rank in ranks else len(ranks) + abs(int(root_rank))
-
-
 def add_process_set(process_set):
     """Registers a set (a ProcessSet or a list of ranks) on every rank; collective over all ranks."""
     from horo.enqueue import enqueue

@@ -2,7 +2,7 @@
 Non-root ranks get None back from gather and reduce."""
 import numpy as np
 
-from horo import ops, process_sets
+from horo import basics, ops, process_sets
 from horo.enqueue import allocated, enqueue, returning, tensor_name
 from horo.handles import synchronize
 from horo.tensors import as_array
@@ -17,7 +17,7 @@ def gather_async(tensor, root_rank=0, name=None, process_set=None):
     array = _at_least_1d(as_array(tensor, name))
     finish = allocated(array.dtype)
     return enqueue("gather", name, array, None, lambda result: None if result is None else finish(result),
-                   root=process_sets.root_within(process_set, root_rank), process_set=process_set)
+                   root=root_rank, process_set=process_set)
 
 
 def gather(tensor, root_rank=0, name=None, process_set=None):
@@ -32,7 +32,7 @@ def scatter_async(tensor, root_rank=0, name=None, process_set=None):
     rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
     output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
     return enqueue("scatter", name, array, output, returning(output),
-                   root=process_sets.root_within(process_set, root_rank), process_set=process_set)
+                   root=root_rank, process_set=process_set)
 
 
 def scatter(tensor, root_rank=0, name=None, process_set=None):
@@ -48,9 +48,9 @@ def reduce_async(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, p
     op = ops.resolve(op, None, name)
     array = as_array(tensor, name)
     output = np.empty_like(array)
-    result = output if process_sets.resolve(process_set, name)[1] == process_sets.root_within(process_set, root_rank) else None
+    result = output if basics.rank() == root_rank else None
     return enqueue("reduce", name, array, output, returning(result), op, prescale_factor, postscale_factor,
-                   root=process_sets.root_within(process_set, root_rank), process_set=process_set)
+                   root=root_rank, process_set=process_set)
 
 
 def reduce(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

@@ -38,8 +38,8 @@ std::string format_scale(double v) {
 
 }  // namespace
 
-Controller::Controller(Transport& transport, const Tunables& tunables)
-    : transport_(transport), tunables_(tunables), cache_(tunables.cache_capacity),
+Controller::Controller(Transport& transport, const Tunables& tunables, std::vector<int> members)
+    : transport_(transport), tunables_(tunables), members_(std::move(members)), cache_(tunables.cache_capacity),
       last_stall_check_(Clock::now()) {}
 
 Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool shutdown_requested) {
@@ -298,9 +298,11 @@ Response Controller::match(const std::string& name, const TableEntry& entry) con
   }
   if (rooted) {
     if (differ("root rank", [](const Request& q) { return std::to_string(q.root); })) return response;
-    if (first.root < 0 || first.root >= n) {
-      fail("root rank " + std::to_string(first.root) + " is not one of the " + std::to_string(n) +
-           " ranks taking part (a root must be a member of the process set)");
+    if (std::find(members_.begin(), members_.end(), first.root) == members_.end()) {
+      std::vector<int64_t> ranks(members_.begin(), members_.end());
+      Request shown;
+      shown.shape = ranks;
+      fail("root rank " + std::to_string(first.root) + " is not one of the ranks taking part " + shown.shape_string());
       return response;
     }
   }

@@ -24,7 +24,8 @@ namespace horo {
 
 class Controller {
  public:
-  Controller(Transport& transport, const Tunables& tunables);
+  // `members`: the global ranks of this process set, in set-rank order.
+  Controller(Transport& transport, const Tunables& tunables, std::vector<int> members);
 
   struct Cycle {
     std::vector<Response> responses;  // identical on every rank, in execution order
@@ -63,6 +64,7 @@ class Controller {
 
   Transport& transport_;
   const Tunables& tunables_;
+  const std::vector<int> members_;
   ResponseCache cache_;
   std::vector<Pending> pending_;
   std::map<std::string, TableEntry> table_;

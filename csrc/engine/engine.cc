@@ -11,14 +11,17 @@
 namespace horo {
 
 Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) : tunables_(tunables) {
-  add_set(0, std::move(transport));
+  std::vector<int> everyone(transport->size());
+  for (int r = 0; r < transport->size(); ++r) everyone[r] = r;
+  add_set(0, std::move(transport), std::move(everyone));
   thread_ = std::thread([this] { loop(); });
 }
 
-void Engine::add_set(int id, std::unique_ptr<Transport> transport) {
+void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<int> members) {
   ProcessSet& set = sets_[id];
+  set.members = std::move(members);
   set.transport = std::move(transport);
-  set.controller = std::make_unique<Controller>(*set.transport, tunables_);
+  set.controller = std::make_unique<Controller>(*set.transport, tunables_, set.members);
   set.executor = std::make_unique<Executor>(*set.transport, tunables_);
 }
 
@@ -127,7 +130,7 @@ std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
     const int id = next_set_id_++;
     std::vector<int> members(agreed.splits.begin(), agreed.splits.end());
     std::unique_ptr<Transport> sub = sets_.at(0).transport->split(members);
-    if (sub) add_set(id, std::move(sub));
+    if (sub) add_set(id, std::move(sub), members);
     out->value = id;
   } else {
     const int id = agreed.root;
@@ -174,6 +177,11 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
         entries.front().allocated = std::make_shared<AllocatedOutput>();
         entries.front().allocated->value = group.front().per_rank.front();
       } else {
+        // Callers name roots by global rank; the set's transport counts from 0.
+        for (auto& e : entries) {
+          auto at = std::find(set.members.begin(), set.members.end(), e.request.root);
+          if (at != set.members.end()) e.request.root = static_cast<int32_t>(at - set.members.begin());
+        }
         set.executor->run(group, entries);
       }
     } catch (const Error& e) {

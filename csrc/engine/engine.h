@@ -37,12 +37,13 @@ class Engine {
 
  private:
   struct ProcessSet {
+    std::vector<int> members;  // global ranks, in set-rank order
     std::unique_ptr<Transport> transport;
     std::unique_ptr<Controller> controller;
     std::unique_ptr<Executor> executor;
   };
   void loop();
-  void add_set(int id, std::unique_ptr<Transport> transport);
+  void add_set(int id, std::unique_ptr<Transport> transport, std::vector<int> members);
   void execute(int set_id, std::vector<Response> responses);
   // Process-set changes, agreed on the global set like any collective.
   std::shared_ptr<AllocatedOutput> change_sets(const Request& agreed);

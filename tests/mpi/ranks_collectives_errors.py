@@ -253,3 +253,25 @@ def test_engine_works_after_the_errors_and_failed_names_can_be_reused(hvd, comm)
     hvd.barrier()
     assert hvd.broadcast_object(("done", size), root_rank=size - 1) == ("done", size)
     gather_and_compare(comm, True, "reached the end")
+
+
+# ------------------------------------------------------------------ the message names the root the caller passed
+
+
+@pytest.mark.parametrize("where", ["size", "size+3", "-1"])
+@pytest.mark.parametrize("entry", ["broadcast", "gather", "scatter", "reduce"])
+def test_root_outside_the_world_error_names_the_root_that_was_passed(hvd, comm, entry, where):
+    """Last in the file (the suite stops at the first failure): a message that reports
+    another root than the caller's (e.g. an internal index) misleads the user."""
+    import re
+
+    size = hvd.size()
+    root = {"size": size, "size+3": size + 3, "-1": -1}[where]
+    name = f"err.rootmsg.{entry}.{where}"
+    x = np.arange(2 * size, dtype=np.int64)
+    exc = expect_raise_on_every_rank(comm, hvd.HoroError, lambda: call_rooted(hvd, entry, x, root, name), (name,), what=name)
+    reported = [int(m) for m in re.findall(r"root(?:_rank| rank)?\D{0,3}?(-?\d+)", str(exc))]
+    ok = reported == [root] or (not reported and str(root) in str(exc))
+    every = comm.allgather((ok, str(exc)[:300]))
+    bad = [f"  rank {r}: {msg}" for r, (r_ok, msg) in enumerate(every) if not r_ok]
+    assert not bad, f"{name}: the error should name root {root}, the one passed:\n" + "\n".join(bad)
