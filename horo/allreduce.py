@@ -1,11 +1,10 @@
 """allreduce and its in-place, async and grouped variants on NumPy arrays
 (anything with the buffer protocol or DLPack), with Horovod's signatures."""
-import numpy as np
 
 from horo import ops
 from horo.enqueue import enqueue, returning, tensor_name
 from horo.handles import synchronize, synchronize_all
-from horo.tensors import as_array
+from horo.tensors import as_array, empty_like
 
 
 def _enqueue(array, output, name, op, prescale_factor, postscale_factor, process_set, result=None):
@@ -19,7 +18,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     name = tensor_name(name, "allreduce")
     op = ops.resolve(op, average, name)
     array = as_array(tensor, name)
-    return _enqueue(array, np.empty_like(array), name, op, prescale_factor, postscale_factor, process_set)
+    return _enqueue(array, empty_like(array), name, op, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

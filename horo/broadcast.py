@@ -1,15 +1,14 @@
 """broadcast: every rank ends with root_rank's tensor."""
-import numpy as np
 
 from horo.enqueue import enqueue, returning, tensor_name
 from horo.handles import synchronize
-from horo.tensors import as_array
+from horo.tensors import as_array, empty_like
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     name = tensor_name(name, "broadcast")
     array = as_array(tensor, name)
-    output = np.empty_like(array)
+    output = empty_like(array)
     return enqueue("broadcast", name, array, output, returning(output), root=root_rank, process_set=process_set)
 
 

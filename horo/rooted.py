@@ -5,7 +5,7 @@ import numpy as np
 from horo import basics, ops, process_sets
 from horo.enqueue import allocated, enqueue, returning, tensor_name
 from horo.handles import synchronize
-from horo.tensors import as_array
+from horo.tensors import as_array, empty_like
 
 
 def _at_least_1d(array):
@@ -47,7 +47,7 @@ def reduce_async(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, p
     name = tensor_name(name, "reduce")
     op = ops.resolve(op, None, name)
     array = as_array(tensor, name)
-    output = np.empty_like(array)
+    output = empty_like(array)
     result = output if basics.rank() == root_rank else None
     return enqueue("reduce", name, array, output, returning(result), op, prescale_factor, postscale_factor,
                    root=root_rank, process_set=process_set)

@@ -28,3 +28,14 @@ def as_array(tensor, name, in_place=False):
 
 def address(array):
     return array.__array_interface__["data"][0]
+
+
+def empty_like(array):
+    """An uninitialised output like `array`. Large ones come from the core's
+    buffer pool: a recycled buffer is already mapped, where a fresh one would
+    take a page fault per 4 KiB on first touch."""
+    from horo._native import _core
+
+    if array.nbytes < (1 << 20):
+        return np.empty_like(array)
+    return _core.empty(array.nbytes).view(array.dtype).reshape(array.shape)

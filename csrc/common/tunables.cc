@@ -16,7 +16,7 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024",
        "responses remembered so repeated tensors skip negotiation; 0 disables the cache"},
       {"HORO_ALLREDUCE_ALGO", "", "auto", "ring | mpi | auto (ring from HORO_RING_MIN_BYTES up)"},
-      {"HORO_ALLGATHER_ALGO", "", "auto", "ring | mpi | auto, as for allreduce"},
+      {"HORO_ALLGATHER_ALGO", "", "auto", "ring | mpi | auto (as for allreduce, but MPI's with two ranks)"},
       {"HORO_REDUCESCATTER_ALGO", "", "auto", "ring | mpi | auto, as for allreduce"},
       {"HORO_RING_MIN_BYTES", "", "262144", "auto picks the ring all-reduce at and above this many bytes"},
       {"HORO_RING_CHUNK_BYTES", "", "262144", "pipeline chunk of the ring: small enough to stay in L2"},

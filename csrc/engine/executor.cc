@@ -168,7 +168,11 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     }
     mine = buf + layout.offset[me] * esize;
   }
-  if (ring_for(tunables_.allgather_algo, layout.total() * esize)) {
+  // Measured (benchmarks/collectives_busbw.py): with two ranks the ring's one
+  // step is just MPI's exchange in chunks, and loses; from three it wins.
+  const bool ring = tunables_.allgather_algo == "ring" ||
+                    (transport_.size() > 2 && ring_for(tunables_.allgather_algo, layout.total() * esize));
+  if (ring) {
     ring_.allgather(transport_, layout, mine, buf, dtype);
   } else {
     std::vector<size_t> bytes;

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/buffer_pool.h"
 #include "wire/messages.h"
 
 namespace horo {
@@ -18,7 +19,22 @@ namespace horo {
 // An output only the agreed response can size (allgather, alltoall): the
 // core allocates it and hands it to the caller with its shape.
 struct AllocatedOutput {
-  std::vector<char> bytes;
+  // From the buffer pool, uninitialised: the collective overwrites every
+  // byte, and zeroing 64 MiB first would cost as much as moving it.
+  class Bytes {
+   public:
+    void resize(size_t n) {
+      data_ = BufferPool::instance().acquire(n);
+      size_ = n;
+    }
+    char* data() { return data_.get(); }
+    size_t size() const { return size_; }
+
+   private:
+    std::shared_ptr<char> data_;
+    size_t size_ = 0;
+  };
+  Bytes bytes;
   std::vector<int64_t> shape;
   std::vector<int64_t> received_splits;  // alltoall
   int64_t value = -1;  // add_process_set: the new set's id; join: the last rank to join

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/tunables.h"
+#include "engine/buffer_pool.h"
 #include "engine/engine.h"
 #include "transport/mpi_context.h"
 #include "transport/mpi_transport.h"
@@ -129,6 +130,16 @@ PYBIND11_MODULE(_core, m) {
     return codes;
   }();
 
+  m.def(
+      "empty",
+      [](size_t bytes) {
+        // A caller-visible output from the buffer pool (see engine/buffer_pool.h).
+        auto owner = new std::shared_ptr<char>(BufferPool::instance().acquire(bytes));
+        py::capsule release(owner, [](void* p) { delete static_cast<std::shared_ptr<char>*>(p); });
+        return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {1}, reinterpret_cast<uint8_t*>(owner->get()),
+                                    release);
+      },
+      "Uninitialised bytes for an output array, recycled once the array is dropped.");
   m.def("tunables", [] {
     py::list rows;
     for (const auto& spec : tunable_specs()) {

@@ -72,25 +72,22 @@ int MpiTransport::isend(const void* buf, size_t bytes, int peer) {
   if (bytes > kMaxMessageBytes) throw Error("point-to-point message over 1 GiB; split it");
   MPI_Request request;
   HORO_MPI(MPI_Isend(buf, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &request));
-  if (free_slots_.empty()) {
-    requests_.push_back(request);
-    return static_cast<int>(requests_.size() - 1);
-  }
-  int slot = free_slots_.back();
-  free_slots_.pop_back();
-  requests_[slot] = request;
-  return slot;
+  return keep(request);
 }
 
 int MpiTransport::irecv(void* buf, size_t bytes, int peer) {
   if (bytes > kMaxMessageBytes) throw Error("point-to-point message over 1 GiB; split it");
   MPI_Request request;
   HORO_MPI(MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &request));
+  return keep(request);
+}
+
+int MpiTransport::keep(MPI_Request request) {
   if (free_slots_.empty()) {
     requests_.push_back(request);
     return static_cast<int>(requests_.size() - 1);
   }
-  int slot = free_slots_.back();
+  const int slot = free_slots_.back();
   free_slots_.pop_back();
   requests_[slot] = request;
   return slot;
@@ -162,10 +159,11 @@ bool MpiTransport::native_reduce_scatter(const void* input, void* output, const 
   MPI_Datatype type;
   MPI_Op mop;
   if (!mpi_reduction(dtype, op, &type, &mop)) return false;
-  std::vector<size_t> bytes;
-  for (size_t c : counts) bytes.push_back(c * dtype_size(dtype));
-  std::vector<int> ints = int_counts(bytes, nullptr);
-  for (size_t r = 0; r < counts.size(); ++r) ints[r] = static_cast<int>(counts[r]);
+  std::vector<int> ints;
+  for (size_t c : counts) {
+    if (c * dtype_size(dtype) > kMaxMessageBytes) return false;  // the ring has no such limit
+    ints.push_back(static_cast<int>(c));
+  }
   const void* send = input == output ? MPI_IN_PLACE : input;
   HORO_MPI(MPI_Reduce_scatter(send, output, ints.data(), type, mop, comm_));
   return true;

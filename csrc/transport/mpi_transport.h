@@ -42,6 +42,8 @@ class MpiTransport : public Transport {
   void broadcast_bytes(std::string& data, int root) override;
 
  private:
+  int keep(MPI_Request request);  // a slot for wait()
+
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
