@@ -6,7 +6,7 @@ from horo.tensors import as_array
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    name = tensor_name(name, "allgather")
+    name = tensor_name(name, "allgather", process_set)
     array = as_array(tensor, name)
     if array.ndim == 0:
         array = array.reshape(1)
@@ -18,7 +18,7 @@ def allgather(tensor, name=None, process_set=None):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
-    base = tensor_name(name, "grouped_allgather")
+    base = tensor_name(name, "grouped_allgather", process_set)
     return [allgather_async(t, f"{base}.{i}", process_set) for i, t in enumerate(tensors)]
 
 

@@ -15,7 +15,7 @@ def _enqueue(array, output, name, op, prescale_factor, postscale_factor, process
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Starts an out-of-place allreduce; returns a handle for synchronize()."""
-    name = tensor_name(name, "allreduce")
+    name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
     array = as_array(tensor, name)
     return _enqueue(array, empty_like(array), name, op, prescale_factor, postscale_factor, process_set)
@@ -23,7 +23,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Starts an in-place allreduce of `tensor`; returns a handle for synchronize()."""
-    name = tensor_name(name, "allreduce")
+    name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
     array = as_array(tensor, name, in_place=True)
     # A DLPack/buffer view reduces in place in the caller's memory: hand the caller's object back.
@@ -40,8 +40,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
-def _group_names(name, count):
-    base = tensor_name(name, "grouped_allreduce")
+def _group_names(name, count, process_set):
+    base = tensor_name(name, "grouped_allreduce", process_set)
     return [f"{base}.{i}" for i in range(count)]
 
 
@@ -49,14 +49,14 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     """Starts one allreduce per tensor (enqueued together, so they fuse); returns their handles."""
     return [
         allreduce_async(t, average, n, op, prescale_factor, postscale_factor, process_set)
-        for t, n in zip(tensors, _group_names(name, len(tensors)))
+        for t, n in zip(tensors, _group_names(name, len(tensors), process_set))
     ]
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return [
         allreduce_async_(t, average, n, op, prescale_factor, postscale_factor, process_set)
-        for t, n in zip(tensors, _group_names(name, len(tensors)))
+        for t, n in zip(tensors, _group_names(name, len(tensors), process_set))
     ]
 
 

@@ -7,7 +7,7 @@ from horo.tensors import as_array
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    name = tensor_name(name, "alltoall")
+    name = tensor_name(name, "alltoall", process_set)
     array = as_array(tensor, name)
     if array.ndim == 0:
         array = array.reshape(1)

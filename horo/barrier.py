@@ -8,5 +8,5 @@ _TOKEN = np.zeros(0, dtype=np.uint8)
 
 
 def barrier(name=None, process_set=None):
-    name = tensor_name(name, "barrier")
+    name = tensor_name(name, "barrier", process_set)
     synchronize(enqueue("barrier", name, _TOKEN, _TOKEN, returning(None), process_set=process_set))

@@ -9,7 +9,7 @@ def init(comm=None, process_sets=None):
 
     MPI that mpi4py (or anyone) already initialised is joined, not restarted.
     Without mpirun this is a world of size 1. Collective: every rank calls it.
-    `process_sets` (ProcessSets or rank lists) are added right away.
+    `process_sets` (horo.ProcessSet objects) are added right away, as by add_process_set.
     """
     if comm is None:
         _core.init()

@@ -1,5 +1,6 @@
 """The one path from the Python API into the core: name the tensor, check the
 buffers, describe them, enqueue, and remember what synchronize() returns."""
+import collections
 import itertools
 
 from horo import dtypes, process_sets
@@ -8,12 +9,16 @@ from horo.handles import track
 from horo.tensors import address
 
 _CODES = _core.collective_codes
-_unnamed = itertools.count()
+_unnamed = collections.defaultdict(itertools.count)  # process set id -> counter
 
 
-def tensor_name(name, collective):
-    # Unnamed tensors are numbered in call order, which every rank shares.
-    return name if name is not None else f"{collective}.noname.{next(_unnamed)}"
+def tensor_name(name, collective, process_set=None):
+    # Unnamed tensors are numbered in call order, which every member of the
+    # process set shares; one counter per set, since only members call it.
+    if name is not None:
+        return name
+    set_id = 0 if process_set is None else process_set.process_set_id
+    return f"{collective}.noname.{next(_unnamed[set_id])}" + (f".set{set_id}" if set_id else "")
 
 
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),

@@ -9,7 +9,7 @@ from horo.tensors import as_array
 
 
 def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    name = tensor_name(name, "reducescatter")
+    name = tensor_name(name, "reducescatter", process_set)
     op = ops.resolve(op, None, name)
     array = as_array(tensor, name)
     if array.ndim == 0:
@@ -27,7 +27,7 @@ def reducescatter(tensor, op=None, name=None, prescale_factor=1.0, postscale_fac
 
 def grouped_reducescatter_async(tensors, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
                                 process_set=None):
-    base = tensor_name(name, "grouped_reducescatter")
+    base = tensor_name(name, "grouped_reducescatter", process_set)
     return [
         reducescatter_async(t, op, f"{base}.{i}", prescale_factor, postscale_factor, process_set)
         for i, t in enumerate(tensors)

@@ -13,7 +13,7 @@ def _at_least_1d(array):
 
 
 def gather_async(tensor, root_rank=0, name=None, process_set=None):
-    name = tensor_name(name, "gather")
+    name = tensor_name(name, "gather", process_set)
     array = _at_least_1d(as_array(tensor, name))
     finish = allocated(array.dtype)
     return enqueue("gather", name, array, None, lambda result: None if result is None else finish(result),
@@ -26,7 +26,7 @@ def gather(tensor, root_rank=0, name=None, process_set=None):
 
 
 def scatter_async(tensor, root_rank=0, name=None, process_set=None):
-    name = tensor_name(name, "scatter")
+    name = tensor_name(name, "scatter", process_set)
     array = _at_least_1d(as_array(tensor, name))
     _, me, n = process_sets.resolve(process_set, name)
     rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
@@ -44,7 +44,7 @@ def scatter(tensor, root_rank=0, name=None, process_set=None):
 
 def reduce_async(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
                  process_set=None):
-    name = tensor_name(name, "reduce")
+    name = tensor_name(name, "reduce", process_set)
     op = ops.resolve(op, None, name)
     array = as_array(tensor, name)
     output = empty_like(array)

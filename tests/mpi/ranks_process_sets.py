@@ -461,6 +461,19 @@ def _concurrent_jobs(hvd, sets, round_no):
         a2_expected = np.concatenate([a2[j][off[j][me] : off[j][me + 1]] for j in range(n)])
         gi = [data(("c.g", k), "int8", (i + 1,), i) for i in range(n)]
         groot = ps.ranks[-1]
+        for j in range(3):  # several small allreduces per set: fused within the set
+            xj = make_rank_inputs(("c.arj", k, j), "float32", (j + 2,), "Max", "random", n)
+            jobs.append((f"{sname} allreduce #{j}",
+                         lambda ps=ps, x=xj[me], j=j: hvd.allreduce_async(x, op=hvd.Max, name=f"conc.ar.{j}", process_set=ps),
+                         lambda o, xj=xj, sname=sname, j=j: check_result(o, xj, "Max", True, what=f"set {sname} concurrent allreduce #{j}")))
+        # one name, a different collective on the global set than on the other sets
+        mx = [data(("c.mixed", k), "int32", (n + 1, 2), i) for i in range(n)]
+        if sname == "global":
+            jobs.append((f"{sname} mixed", lambda ps=ps, x=mx[me]: hvd.broadcast_async(x, 0, name="conc.mixed", process_set=ps),
+                         lambda o, mx=mx: assert_same(o, mx[0], "global concurrent conc.mixed broadcast")))
+        else:
+            jobs.append((f"{sname} mixed", lambda ps=ps, x=mx[me]: hvd.allgather_async(x, name="conc.mixed", process_set=ps),
+                         lambda o, mx=mx, sname=sname: assert_same(o, np.concatenate(mx), f"set {sname} concurrent conc.mixed allgather")))
         jobs += [
             (f"{sname} allreduce", lambda ps=ps, x=ar[me]: hvd.allreduce_async(x, op=hvd.Sum, name="conc.ar", process_set=ps),
              lambda o, ar=ar, sname=sname: check_result(o, ar, "Sum", True, what=f"set {sname} concurrent allreduce")),
