@@ -167,3 +167,30 @@ def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=Non
         assert " passed" in output, f"{label}: no test passed\n{tail}"
     print(f"{label}: rc={rc} in {elapsed:.1f}s")
     return rc, output
+
+
+def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout):
+    """launch(np, variant) -> the folder where rank 0 saved its results.
+
+    Each (np, variant) of `suite` runs once per test session; a later test that
+    compares variants reuses it, and a launch that failed fails them too
+    instead of running again."""
+    launches = {}
+
+    def launch(np_, variant):
+        key = (np_, variant)
+        if key not in launches:
+            out = tmp_path_factory.mktemp(f"{Path(suite).stem}-np{np_}-{variant}")
+            env = dict(variants[variant], HORO_TEST_RESULTS_DIR=str(out))
+            try:
+                ranks(np_, suite, env=env, timeout=timeout)
+                launches[key] = ("ok", out)
+            except BaseException as e:  # remember the failure: do not relaunch for the comparison test
+                launches[key] = ("failed", str(e)[:2000])
+                raise
+        status, value = launches[key]
+        if status != "ok":
+            pytest.fail(f"the np={np_} {variant} launch failed earlier:\n{value}", pytrace=False)
+        return value
+
+    return launch

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from launcher import remembering_launcher
 
 VARIANTS = {
     "default": {},
@@ -17,30 +18,11 @@ VARIANTS = {
 }
 LAUNCH_TIMEOUT = 240
 
-_launches = {}
-
 
 @pytest.fixture(scope="module")
 def matrix_launch(ranks, tmp_path_factory):
     """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results."""
-
-    def launch(np_, variant):
-        key = (np_, variant)
-        if key not in _launches:
-            out = tmp_path_factory.mktemp(f"allreduce-np{np_}-{variant}")
-            env = dict(VARIANTS[variant], HORO_TEST_RESULTS_DIR=str(out))
-            try:
-                ranks(np_, "ranks_allreduce.py", env=env, timeout=LAUNCH_TIMEOUT)
-                _launches[key] = ("ok", out)
-            except BaseException as e:  # remember the failure: do not relaunch for the comparison test
-                _launches[key] = ("failed", str(e)[:2000])
-                raise
-        status, value = _launches[key]
-        if status != "ok":
-            pytest.fail(f"the np={np_} {variant} launch failed earlier:\n{value}", pytrace=False)
-        return value
-
-    return launch
+    return remembering_launcher(ranks, tmp_path_factory, "ranks_allreduce.py", VARIANTS, LAUNCH_TIMEOUT)
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)

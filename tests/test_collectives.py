@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from launcher import remembering_launcher
 
 VARIANTS = {
     "default": {},  # auto: MPI's algorithm below HORO_RING_MIN_BYTES (256 KiB), the ring above
@@ -33,30 +34,11 @@ MATRIX = [(1, "default"), (2, "default"), (3, "default"), (4, "default")] + [
 COMPARED = {3: ["ring", "mpi", "fusion_off"], 4: ["ring_small_chunks", "mpi"]}
 LAUNCH_TIMEOUT = 150
 
-_launches = {}
-
 
 @pytest.fixture(scope="module")
 def collectives_launch(ranks, tmp_path_factory):
-    """Runs the rank suite once per (np, variant); remembers where rank 0 put its results."""
-
-    def launch(np_, variant):
-        key = (np_, variant)
-        if key not in _launches:
-            out = tmp_path_factory.mktemp(f"collectives-np{np_}-{variant}")
-            env = dict(VARIANTS[variant], HORO_TEST_RESULTS_DIR=str(out))
-            try:
-                ranks(np_, "ranks_collectives.py", env=env, timeout=LAUNCH_TIMEOUT)
-                _launches[key] = ("ok", out)
-            except BaseException as e:  # remember the failure: do not relaunch for the comparison test
-                _launches[key] = ("failed", str(e)[:2000])
-                raise
-        status, value = _launches[key]
-        if status != "ok":
-            pytest.fail(f"the np={np_} {variant} launch failed earlier:\n{value}", pytrace=False)
-        return value
-
-    return launch
+    """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results."""
+    return remembering_launcher(ranks, tmp_path_factory, "ranks_collectives.py", VARIANTS, LAUNCH_TIMEOUT)
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
