@@ -30,6 +30,10 @@ struct Tunables {
   double stall_check_seconds;
   double stall_shutdown_seconds;
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug
+  // How long waiting threads spin (yielding) before they sleep; set at init:
+  // zero when this node runs more ranks than cores, where spinning steals
+  // the core the awaited thread needs.
+  int spin_microseconds = 0;
 
   static Tunables from_environment();
 };

@@ -11,6 +11,8 @@
 namespace horo {
 
 Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) : tunables_(tunables) {
+  queue_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
+  handles_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
   std::vector<int> everyone(transport->size());
   for (int r = 0; r < transport->size(); ++r) everyone[r] = r;
   add_set(0, std::move(transport), std::move(everyone));

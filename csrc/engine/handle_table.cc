@@ -1,6 +1,8 @@
 #include "engine/handle_table.h"
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "common/error.h"
 
@@ -41,9 +43,20 @@ HandleTable::Result HandleTable::wait(int handle) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = states_.find(handle);
   if (it == states_.end()) throw Error("unknown handle " + std::to_string(handle) + " (already synchronized?)");
-  done_cv_.wait(lock, [&] { return it->second.done; });
-  Result result = std::move(it->second.result);
-  states_.erase(it);
+  // A reference, not the iterator: other threads insert while we wait, and a
+  // rehash moves iterators but never the elements themselves.
+  State& state = it->second;
+  // Collectives often finish within microseconds: a short spin that yields
+  // the core saves the sleep and wake-up round trip before blocking.
+  const auto spin_until = std::chrono::steady_clock::now() + spin_;
+  while (!state.done && std::chrono::steady_clock::now() < spin_until) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
+  done_cv_.wait(lock, [&] { return state.done; });
+  Result result = std::move(state.result);
+  states_.erase(handle);
   return result;
 }
 

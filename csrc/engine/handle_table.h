@@ -2,6 +2,7 @@
 // The background thread completes them; callers poll or block on them.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,7 @@ class HandleTable {
   bool poll(int handle);
   // Blocks until the handle completes, forgets it, returns its result.
   Result wait(int handle);
+  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
 
  private:
   struct State {
@@ -34,6 +36,7 @@ class HandleTable {
   std::mutex mutex_;
   std::condition_variable done_cv_;
   std::unordered_map<int, State> states_;
+  std::chrono::microseconds spin_{0};
 };
 
 }  // namespace horo

@@ -1,5 +1,8 @@
 #include "engine/tensor_queue.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "common/error.h"
 
 namespace horo {
@@ -65,7 +68,16 @@ std::vector<TensorEntry> TensorQueue::take_all_of(int process_set) {
 
 void TensorQueue::wait_for_work(std::chrono::microseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  work_cv_.wait_for(lock, timeout, [&] { return woken_ || !new_requests_.empty(); });
+  auto ready = [&] { return woken_ || !new_requests_.empty(); };
+  // Tensors tend to come in bursts (a backward pass, a loop of calls): a
+  // short yielding spin catches the next one without a sleep/wake round trip.
+  const auto spin_until = std::chrono::steady_clock::now() + std::min(timeout, spin_);
+  while (!ready() && std::chrono::steady_clock::now() < spin_until) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
+  work_cv_.wait_for(lock, timeout, ready);
   woken_ = false;
 }
 

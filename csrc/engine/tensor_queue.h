@@ -60,12 +60,14 @@ class TensorQueue {
   std::vector<TensorEntry> take_all_of(int process_set);
   // Sleeps until something is pushed, wake() is called, or `timeout` passes.
   void wait_for_work(std::chrono::microseconds timeout);
+  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
   void wake();
 
  private:
   std::mutex mutex_;
   std::condition_variable work_cv_;
   bool woken_ = false;
+  std::chrono::microseconds spin_{0};
   // Names are unique per process set: the key is (set, name).
   std::unordered_map<std::string, TensorEntry> in_flight_;
   std::vector<Request> new_requests_;

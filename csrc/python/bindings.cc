@@ -7,7 +7,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -42,6 +44,8 @@ void init(int64_t fortran_comm) {
   }
   MPI_Comm ours = mpi_attach(user, &g_info);
   set_log_context(g_info.rank, tunables.log_level);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
   g_engine = std::make_shared<Engine>(std::make_unique<MpiTransport>(ours), tunables);
 }
 
