@@ -70,6 +70,6 @@ setup(
     packages=find_packages(include=["horo", "horo.*"]),
     ext_modules=[CMakeExtension("horo._core")],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["horo-run = horo.run.launcher:main"]},
+    entry_points={"console_scripts": ["horo-run = horo.run.launcher:main", "horo-bench = horo.bench.cli:main"]},
     zip_safe=False,
 )
