@@ -194,3 +194,43 @@ def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout):
         return value
 
     return launch
+
+
+def load_saved_results(directory):
+    """What rank 0 saved (results.json + results.npz): case -> (array, exact?, tolerance)."""
+    import json
+
+    import ml_dtypes
+    import numpy as np
+
+    with open(directory / "results.json") as f:
+        meta = json.load(f)
+    arrays = np.load(directory / "results.npz")
+    out = {}
+    for key, m in meta.items():
+        dt = np.dtype(ml_dtypes.bfloat16) if m["dtype"] == "bfloat16" else np.dtype(m["dtype"])
+        res = np.frombuffer(arrays[f"r{m['index']}"].tobytes(), dtype=dt).reshape(m["shape"])
+        tol = arrays[f"t{m['index']}"] if not m["exact"] else None
+        out[key] = (res, m["exact"], tol)
+    return out
+
+
+def differences_from(baseline, other, variant):
+    """Where `other` departs from `baseline`: bit for bit for exact cases, within twice the tolerance otherwise."""
+    import numpy as np
+
+    assert set(other) == set(baseline), f"{variant}: different set of cases"
+    problems = []
+    for key, (a, exact, tol) in baseline.items():
+        b = other[key][0]
+        if a.dtype != b.dtype or a.shape != b.shape:
+            problems.append(f"{variant} {key}: {b.dtype}{b.shape} vs default {a.dtype}{a.shape}")
+        elif exact:
+            if a.tobytes() != b.tobytes():
+                problems.append(f"{variant} {key}: differs from default (must be bit-identical)")
+        else:
+            dev = np.abs(a.astype(np.float64) - b.astype(np.float64)).reshape(-1)
+            if np.any(dev > 2 * tol):
+                i = int(np.argmax(dev - 2 * tol))
+                problems.append(f"{variant} {key}: [{i}] {b.reshape(-1)[i]} vs default {a.reshape(-1)[i]}")
+    return problems

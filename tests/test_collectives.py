@@ -5,11 +5,9 @@ MPI algorithms and fusion off giving the same results; bad input raising on ever
 Each launch runs `mpirun -np N ... pytest tests/mpi/ranks_collectives.py` (or
 ranks_collectives_errors.py) under a wall-clock timeout: a hang fails the test.
 """
-import json
 
-import numpy as np
 import pytest
-from launcher import remembering_launcher
+from launcher import differences_from, load_saved_results, remembering_launcher
 
 VARIANTS = {
     "default": {},  # auto: MPI's algorithm below HORO_RING_MIN_BYTES (256 KiB), the ring above
@@ -47,45 +45,17 @@ def test_collectives_match_numpy_on_every_rank(collectives_launch, np_, variant)
     collectives_launch(np_, variant)
 
 
-def _load(directory):
-    import ml_dtypes
-
-    with open(directory / "results.json") as f:
-        meta = json.load(f)
-    arrays = np.load(directory / "results.npz")
-    out = {}
-    for key, m in meta.items():
-        dt = np.dtype(ml_dtypes.bfloat16) if m["dtype"] == "bfloat16" else np.dtype(m["dtype"])
-        res = np.frombuffer(arrays[f"r{m['index']}"].tobytes(), dtype=dt).reshape(m["shape"])
-        tol = arrays[f"t{m['index']}"] if not m["exact"] else None
-        out[key] = (res, m["exact"], tol)
-    return out
-
-
 @pytest.mark.timeout(4 * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_", sorted(COMPARED))
 def test_ring_mpi_and_fusion_off_give_the_same_results(collectives_launch, np_):
     """Bit for bit wherever the spec pins results down (all data movement, integer
     reductions, Min/Max, exactly representable sums); elsewhere within the rounding tolerance."""
-    baseline = _load(collectives_launch(np_, "default"))
+    baseline = load_saved_results(collectives_launch(np_, "default"))
     assert len(baseline) > 1000
     assert any(key.startswith("reducescatter.large.") for key in baseline)
     problems = []
     for variant in COMPARED[np_]:
-        other = _load(collectives_launch(np_, variant))
-        assert set(other) == set(baseline), f"{variant}: different set of cases"
-        for key, (a, exact, tol) in baseline.items():
-            b = other[key][0]
-            if a.dtype != b.dtype or a.shape != b.shape:
-                problems.append(f"{variant} {key}: {b.dtype}{b.shape} vs default {a.dtype}{a.shape}")
-            elif exact:
-                if a.tobytes() != b.tobytes():
-                    problems.append(f"{variant} {key}: differs from default (must be bit-identical)")
-            else:
-                dev = np.abs(a.astype(np.float64) - b.astype(np.float64)).reshape(-1)
-                if np.any(dev > 2 * tol):
-                    i = int(np.argmax(dev - 2 * tol))
-                    problems.append(f"{variant} {key}: [{i}] {b.reshape(-1)[i]} vs default {a.reshape(-1)[i]}")
+        problems += differences_from(baseline, load_saved_results(collectives_launch(np_, variant)), variant)
     assert not problems, f"{len(problems)} differences:\n" + "\n".join(problems[:40])
 
 
