@@ -66,8 +66,22 @@ class CMakeBuild(build_ext):
             os.replace(staging, target)
 
 
+# The framework plugins live beside the core (plugins/<framework>) and are
+# installed inside the horo package: `import horo.torch`, `import horo.tensorflow`.
+PLUGINS = {"horo.torch": "plugins/torch", "horo.tensorflow": "plugins/tensorflow"}
+
+
+def plugin_packages():
+    found = []
+    for package, folder in PLUGINS.items():
+        found.append(package)
+        found += [f"{package}.{sub}" for sub in find_packages(where=folder)]
+    return found
+
+
 setup(
-    packages=find_packages(include=["horo", "horo.*"]),
+    packages=find_packages(include=["horo", "horo.*"]) + plugin_packages(),
+    package_dir={package: folder for package, folder in PLUGINS.items()},
     ext_modules=[CMakeExtension("horo._core")],
     cmdclass={"build_ext": CMakeBuild},
     entry_points={"console_scripts": ["horo-run = horo.run.launcher:main", "horo-bench = horo.bench.cli:main"]},

@@ -1,0 +1,1 @@
+"""horo for TensorFlow (placeholder while being written)."""

@@ -1,0 +1,1 @@
+"""horo for Keras 3 (placeholder)."""

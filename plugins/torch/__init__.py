@@ -1,0 +1,1 @@
+"""horo for PyTorch (placeholder while being written)."""
