@@ -84,6 +84,5 @@ setup(
     package_dir={package: folder for package, folder in PLUGINS.items()},
     ext_modules=[CMakeExtension("horo._core")],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["horo-run = horo.run.launcher:main", "horo-bench = horo.bench.cli:main"]},
     zip_safe=False,
 )
