@@ -1,1 +1,73 @@
-"""horo for TensorFlow (placeholder while being written)."""
+"""horo for TensorFlow 2: Horovod's `horovod.tensorflow` API over horo's core.
+
+    import horo.tensorflow as hvd
+    hvd.init()
+    with tf.GradientTape() as tape:
+        loss = ...
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    if first_batch:
+        hvd.broadcast_variables(model.variables, root_rank=0)
+
+Pure Python (no TensorFlow headers compiled): the collectives run eagerly, or as
+tf.numpy_function ops inside tf.function, with gradients registered.
+"""
+from horo._native import HoroError
+from horo.ops import Adasum, Average, Max, Min, Product, Sum
+from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+
+from horo.tensorflow.basics import (
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_rank_op,
+    local_size,
+    local_size_op,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rank_op,
+    rocm_built,
+    shutdown,
+    size,
+    size_op,
+)
+from horo.tensorflow.collectives import (
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    join,
+    reducescatter,
+)
+from horo.tensorflow.compression import Compression
+from horo.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
+from horo.tensorflow.gradient_tape import DistributedGradientTape
+
+__all__ = [
+    "HoroError", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
+    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
+    "mpi_threads_supported", "size_op", "rank_op", "local_size_op", "local_rank_op", "is_homogeneous",
+    "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built",
+    "cuda_built", "rocm_built",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall",
+    "reducescatter", "grouped_reducescatter", "join", "barrier",
+    "broadcast_variables", "broadcast_object", "allgather_object",
+    "Compression", "DistributedGradientTape",
+]

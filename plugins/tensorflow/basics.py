@@ -1,0 +1,84 @@
+"""The process model as in horovod.tensorflow: horo's init/size/rank..., their
+tensor-valued *_op twins, and what this build has (for scripts that ask)."""
+import tensorflow as tf
+
+from horo import basics as _basics
+from horo.process_sets import global_process_set
+
+init = _basics.init
+shutdown = _basics.shutdown
+is_initialized = _basics.is_initialized
+size = _basics.size
+rank = _basics.rank
+local_size = _basics.local_size
+local_rank = _basics.local_rank
+cross_size = _basics.cross_size
+cross_rank = _basics.cross_rank
+mpi_threads_supported = _basics.mpi_threads_supported
+
+
+def size_op(process_set_id=0, name=None):
+    if process_set_id != 0:
+        raise ValueError("size_op(process_set_id=...): use process_set.size() for a process set's size")
+    return tf.constant(size(), dtype=tf.int32, name=name)
+
+
+def rank_op(name=None):
+    return tf.constant(rank(), dtype=tf.int32, name=name)
+
+
+def local_size_op(name=None):
+    return tf.constant(local_size(), dtype=tf.int32, name=name)
+
+
+def local_rank_op(name=None):
+    return tf.constant(local_rank(), dtype=tf.int32, name=name)
+
+
+def is_homogeneous():
+    """True when every node runs the same number of ranks."""
+    return size() == local_size() * cross_size()
+
+
+def mpi_built():
+    return True
+
+
+def mpi_enabled():
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
+    "mpi_threads_supported", "size_op", "rank_op", "local_size_op", "local_rank_op", "is_homogeneous",
+    "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+    "rocm_built", "global_process_set",
+]

@@ -1,0 +1,109 @@
+"""DistributedGradientTape: tape.gradient() returns gradients allreduced over the ranks.
+
+    with tf.GradientTape() as tape:
+        loss = ...
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)   # averaged across ranks
+
+The dense gradients of one call travel as one grouped allreduce (fused by the core);
+IndexedSlices (embedding gradients) are allgathered unless sparse_as_dense=True.
+Works eagerly and inside tf.function.
+"""
+import tensorflow as tf
+
+import horo
+from horo.process_sets import global_process_set
+
+from horo.tensorflow.collectives import reduce_group
+from horo.tensorflow.compression import Compression
+from horo.tensorflow.tensors import unique_in_graph
+
+
+def _source_name(source, index):
+    label = getattr(source, "path", None) or getattr(source, "name", None)
+    return f"{index}" if not isinstance(label, str) else f"{index}.{label}"
+
+
+class GradientReducer:
+    """Allreduces a list of gradients the way DistributedGradientTape (and optimizers) want."""
+
+    def __init__(self, compression=Compression.none, sparse_as_dense=False, op=horo.Average,
+                 gradient_predivide_factor=1.0, num_groups=0, groups=None, process_set=global_process_set,
+                 name="DistributedGradientTape"):
+        if op not in (horo.Average, horo.Sum, horo.Min, horo.Max, horo.Product):
+            raise ValueError(f"DistributedGradientTape: unsupported op {op!r} (Adasum is not supported)")
+        if gradient_predivide_factor != 1.0 and op != horo.Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        if num_groups and groups is not None:
+            raise ValueError("pass either num_groups or groups, not both")
+        if isinstance(groups, int):
+            num_groups, groups = groups, None
+        if num_groups < 0:
+            raise ValueError(f"num_groups must be >= 0, got {num_groups}")
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = op
+        # Average = Sum / size; a predivide factor f divides by f before the sum and by size / f after.
+        self.prescale = 1.0 / gradient_predivide_factor
+        self.postscale = gradient_predivide_factor
+        self.num_groups = num_groups
+        self.groups = groups
+        self.process_set = process_set
+        self.name = name
+
+    def __call__(self, grads, sources):
+        grads, sources = list(grads), list(sources)
+        if self.sparse_as_dense:
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if not present:
+            return grads
+        # Fixed names (not call-order numbers): every step reuses them, so the core's response cache hits.
+        set_id = self.process_set.process_set_id
+        base = self.name + (f".set{set_id}" if set_id else "")
+        base = base if tf.executing_eagerly() else unique_in_graph(base)
+        reduced = list(grads)
+        for group in self._split(present, sources):
+            names = [f"{base}.{_source_name(sources[i], i)}" for i in group]
+            outs = reduce_group([grads[i] for i in group], names, self.op, self.prescale, self.postscale,
+                                self.compression, self.process_set)
+            for i, out in zip(group, outs):
+                reduced[i] = out
+        return reduced
+
+    def _split(self, present, sources):
+        """Indices of the gradients in each fused group, in the same order on every rank."""
+        if self.groups is not None:
+            ids = {id(v): k for k, group in enumerate(self.groups) for v in group}
+            by_group = {}
+            for i in present:
+                by_group.setdefault(ids.get(id(sources[i]), len(self.groups) + i), []).append(i)
+            return [by_group[k] for k in sorted(by_group)]
+        if self.num_groups:
+            count = min(self.num_groups, len(present))
+            return [present[k * len(present) // count : (k + 1) * len(present) // count] for k in range(count)]
+        return [present]
+
+
+class _DistributedGradientTape(tf.GradientTape):
+    """Holds the recorded tape of the GradientTape it wraps; gradient() adds the allreduce."""
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
+        flat_grads, flat_sources = tf.nest.flatten(grads), tf.nest.flatten(sources)
+        return tf.nest.pack_sequence_as(grads, self._horo_reducer(flat_grads, flat_sources))
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                            sparse_as_dense=False, op=horo.Average, gradient_predivide_factor=1.0, num_groups=0,
+                            groups=None, process_set=global_process_set, scale_local_gradients=True):
+    """Wraps `gradtape` (a tf.GradientTape, recorded or not yet): its gradient() allreduces the
+    gradients across the ranks of `process_set` (Average by default), in one fused group unless
+    `num_groups` / `groups` (lists of variables) split them."""
+    cls = type(gradtape.__class__.__name__, (_DistributedGradientTape, gradtape.__class__), {})
+    tape = cls.__new__(cls)
+    tape.__dict__.update(gradtape.__dict__)  # shares the recorded operations
+    tape._horo_reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                         groups, process_set)
+    return tape

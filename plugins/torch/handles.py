@@ -1,0 +1,33 @@
+"""poll() and synchronize() for handles of torch collectives.
+
+Single collectives use horo's handles directly (their finish() already returns
+torch tensors). A grouped *_async call returns ONE handle, as in Horovod, whose
+synchronize() returns the list of outputs.
+"""
+from horo import handles as _handles
+
+
+class GroupHandle:
+    """The handles of a grouped collective, enqueued together so the core fuses them."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, handles):
+        self.handles = list(handles)
+
+    def __repr__(self):
+        return f"GroupHandle({self.handles})"
+
+
+def poll(handle):
+    """True once the collective behind `handle` has finished (successfully or not)."""
+    if isinstance(handle, GroupHandle):
+        return all(_handles.poll(h) for h in handle.handles)
+    return _handles.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for `handle` and returns its output (a list for a grouped handle); raises HoroError if it failed."""
+    if isinstance(handle, GroupHandle):
+        return _handles.synchronize_all(handle.handles)
+    return _handles.synchronize(handle)
