@@ -99,19 +99,21 @@ void Timeline::stop(bool engine_running) {
 
 void Timeline::close(bool engine_running) {
   if (file_ == nullptr) return;
-  active_.store(false, std::memory_order_release);
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (engine_running && !engine_gone_) {
-      // What the background thread recorded up to now arrives with its next
-      // flush (at most one cycle away, unless a long collective is running).
+      // Still recording: what the background thread records up to the end of
+      // its current cycle (say, the rest of a collective whose handle the caller
+      // already holds) arrives with its next flush, at most one cycle away
+      // unless a long collective is running.
       stop_waiting_ = true;
       const uint64_t before = flushes_;
       flushed_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return flushes_ != before || engine_gone_; });
       stop_waiting_ = false;
     }
-    closing_ = true;
+    closing_ = true;  // later flushes are dropped
   }
+  active_.store(false, std::memory_order_release);
   writer_cv_.notify_one();
   writer_.join();
   std::lock_guard<std::mutex> lock(mutex_);
