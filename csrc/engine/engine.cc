@@ -104,7 +104,7 @@ void Engine::loop() {
       for (size_t i = 0; i < requests.size(); ++i) {
         Request& q = requests[i];
         if (sets_.count(q.process_set)) {
-          timeline_.negotiation_started(q.process_set, q, enqueued_at[i]);
+          timeline_.negotiation_started(q.process_set, q, enqueued_at[i], cycle_start);
           arrived[q.process_set].push_back(std::move(q));
           continue;
         }

@@ -1,6 +1,8 @@
 #include "engine/timeline.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include "common/error.h"
@@ -150,10 +152,10 @@ Timeline::Row& Timeline::row(int set_id, const std::string& name) {
   return r;
 }
 
-void Timeline::negotiation_started(int set_id, const Request& request, Clock::time_point enqueued_at) {
-  if (!active()) return;
+void Timeline::negotiation_started(int set_id, const Request& request, Clock::time_point enqueued_at,
+                                   int64_t now) {
+  if (now < 0 || !active()) return;
   Row& r = row(set_id, request.name);
-  const int64_t now = now_us();
   // Enqueued before the timeline started, or unrecorded: the queue phase starts now.
   const int64_t queued = enqueued_at == Clock::time_point{} ? now : std::max<int64_t>(0, to_us(enqueued_at));
   span(r, "QUEUE", std::min(queued, now), now);
@@ -283,21 +285,26 @@ void Timeline::write_batch(std::vector<Event>& events, std::vector<std::pair<int
     out += "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(id) +
            ",\"args\":{\"sort_index\":" + std::to_string(id) + "}}";
   }
-  char buf[256];
+  auto number = [&](int64_t v) {
+    char buf[24];
+    out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  };
   for (const Event& e : events) {
     next();
-    int n;
+    out += "{\"name\":\"";
+    out += e.label;
+    out += e.phase == 'X' ? "\",\"ph\":\"X\",\"ts\":" : "\",\"ph\":\"i\",\"s\":\"g\",\"ts\":";
+    number(e.ts);
     if (e.phase == 'X') {
-      n = std::snprintf(buf, sizeof buf, "{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":0",
-                        e.label, static_cast<long long>(e.ts), static_cast<long long>(e.dur), e.row);
-    } else {
-      n = std::snprintf(buf, sizeof buf, "{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"g\",\"ts\":%lld,\"pid\":%d,\"tid\":0",
-                        e.label, static_cast<long long>(e.ts), e.row);
+      out += ",\"dur\":";
+      number(e.dur);
     }
-    out.append(buf, static_cast<size_t>(n));
+    out += ",\"pid\":";
+    number(e.row);
+    out += ",\"tid\":0";
     if (e.arg >= 0) {
       out += e.phase == 'X' ? ",\"args\":{\"tensors\":" : ",\"args\":{\"responses\":";
-      out += std::to_string(e.arg);
+      number(e.arg);
       out += '}';
     }
     out += '}';

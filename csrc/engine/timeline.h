@@ -55,8 +55,8 @@ class Timeline {
 
   // ---- the background thread only ----
   bool active();  // also notices a new session
-  // A new request reached the background thread.
-  void negotiation_started(int set_id, const Request& request, Clock::time_point enqueued_at);
+  // A new request reached the background thread at `now` (activity_start() of the cycle).
+  void negotiation_started(int set_id, const Request& request, Clock::time_point enqueued_at, int64_t now);
   // After the set's cycle: `responses` are agreed; the rest wait for other ranks.
   void cycle_finished(int set_id, const std::vector<Response>& responses);
   // Brackets one fusion group's execution; activities in between apply to it.
