@@ -19,7 +19,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-from horo.bench.models import RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS  # noqa: E402
+try:
+    from horo.bench.models import RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS
+except ImportError:  # horo (its core) not importable: the mpi4py baselines still run
+    import runpy
+
+    _models = runpy.run_path(str(C.REPO_ROOT / "horo" / "bench" / "models.py"))
+    RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS = (
+        _models["RESNET50_ELEMENTS"], _models["RESNET50_SHAPES"], _models["RESNET50_TENSORS"])
 
 
 
