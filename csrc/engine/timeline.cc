@@ -142,10 +142,21 @@ bool Timeline::active() {
   return true;
 }
 
+namespace {
+std::string row_key(int set_id, const std::string& name) {
+  return name + " [process set " + std::to_string(set_id) + "]";
+}
+}  // namespace
+
+Timeline::Row* Timeline::find_row(int set_id, const std::string& name) {
+  // The global set's rows are keyed by the bare name: no key to build on the common path.
+  auto it = set_id == 0 ? rows_.find(name) : rows_.find(row_key(set_id, name));
+  return it == rows_.end() ? nullptr : &it->second;
+}
+
 Timeline::Row& Timeline::row(int set_id, const std::string& name) {
-  const std::string key = set_id == 0 ? name : name + " [process set " + std::to_string(set_id) + "]";
-  auto it = rows_.find(key);
-  if (it != rows_.end()) return it->second;
+  if (Row* found = find_row(set_id, name)) return *found;
+  const std::string key = set_id == 0 ? name : row_key(set_id, name);
   Row& r = rows_[key];
   r.id = static_cast<int>(rows_.size());  // row 0 is the cycle marks
   new_rows_.emplace_back(r.id, key);
@@ -170,10 +181,9 @@ void Timeline::cycle_finished(int set_id, const std::vector<Response>& responses
   if (!active()) return;
   const int64_t now = now_us();
   for (const Response& response : responses) {
-    auto it = rows_.find(set_id == 0 ? response.request.name
-                                     : response.request.name + " [process set " + std::to_string(set_id) + "]");
-    if (it == rows_.end()) continue;
-    Row& r = it->second;
+    Row* found = find_row(set_id, response.request.name);
+    if (found == nullptr) continue;
+    Row& r = *found;
     if (r.state == State::kFirstCycle) span(r, negotiate_label(r.type), r.since, now);
     if (r.state == State::kWaiting) span(r, "WAIT_FOR_OTHER_RANKS", r.since, now);
     r.state = State::kIdle;

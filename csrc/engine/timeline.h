@@ -93,6 +93,7 @@ class Timeline {
   int64_t to_us(Clock::time_point t) const {
     return std::chrono::duration_cast<std::chrono::microseconds>(t - origin_).count();
   }
+  Row* find_row(int set_id, const std::string& name);
   Row& row(int set_id, const std::string& name);
   void span(const Row& r, const char* label, int64_t start, int64_t end, int64_t arg = -1) {
     local_.push_back(Event{start, end - start, r.id, 'X', label, arg});
