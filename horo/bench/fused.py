@@ -28,7 +28,8 @@ THRESHOLD_ENV = "HORO_FUSION_THRESHOLD"
 
 def build_parser():
     p = argparse.ArgumentParser(prog="horo-bench fused", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 2)[2])
     p.add_argument("--model", metavar="MODULE:ATTR", default=None,
                    help="a torch model (nn.Module, or a class/factory called with no arguments) whose parameter "
                         "shapes are the gradients (default: ResNet-50's, built in)")
