@@ -11,7 +11,6 @@ One step = what one synchronous data-parallel SGD step communicates for ResNet-5
 All float32 Sum, in place. Targets (issue): horo >= 3x faster than (a), and within 1.3x of (b).
 Results are checked against NumPy before and after the timing (exit status 1 on a wrong result).
 """
-import math
 import os
 import sys
 
@@ -20,54 +19,15 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
-# torchvision resnet50() parameter shapes, in model.parameters() order: conv weights, BatchNorm
-# gamma and beta, fc weight and bias (BN running statistics are buffers, not gradients).
-RESNET50_SHAPES = [
-    # stem: conv1, bn1 (gamma, beta)
-    (64, 3, 7, 7), (64,), (64,),
-    # layer1.0: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3 + downsample conv, bn
-    (64, 64, 1, 1), (64,), (64,), (64, 64, 3, 3), (64,), (64,), (256, 64, 1, 1), (256,), (256,),
-    (256, 64, 1, 1), (256,), (256,),
-    # layer1.1: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (64, 256, 1, 1), (64,), (64,), (64, 64, 3, 3), (64,), (64,), (256, 64, 1, 1), (256,), (256,),
-    # layer1.2: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (64, 256, 1, 1), (64,), (64,), (64, 64, 3, 3), (64,), (64,), (256, 64, 1, 1), (256,), (256,),
-    # layer2.0: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3 + downsample conv, bn
-    (128, 256, 1, 1), (128,), (128,), (128, 128, 3, 3), (128,), (128,), (512, 128, 1, 1), (512,), (512,),
-    (512, 256, 1, 1), (512,), (512,),
-    # layer2.1: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (128, 512, 1, 1), (128,), (128,), (128, 128, 3, 3), (128,), (128,), (512, 128, 1, 1), (512,), (512,),
-    # layer2.2: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (128, 512, 1, 1), (128,), (128,), (128, 128, 3, 3), (128,), (128,), (512, 128, 1, 1), (512,), (512,),
-    # layer2.3: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (128, 512, 1, 1), (128,), (128,), (128, 128, 3, 3), (128,), (128,), (512, 128, 1, 1), (512,), (512,),
-    # layer3.0: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3 + downsample conv, bn
-    (256, 512, 1, 1), (256,), (256,), (256, 256, 3, 3), (256,), (256,), (1024, 256, 1, 1), (1024,), (1024,),
-    (1024, 512, 1, 1), (1024,), (1024,),
-    # layer3.1: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (256, 1024, 1, 1), (256,), (256,), (256, 256, 3, 3), (256,), (256,), (1024, 256, 1, 1), (1024,), (1024,),
-    # layer3.2: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (256, 1024, 1, 1), (256,), (256,), (256, 256, 3, 3), (256,), (256,), (1024, 256, 1, 1), (1024,), (1024,),
-    # layer3.3: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (256, 1024, 1, 1), (256,), (256,), (256, 256, 3, 3), (256,), (256,), (1024, 256, 1, 1), (1024,), (1024,),
-    # layer3.4: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (256, 1024, 1, 1), (256,), (256,), (256, 256, 3, 3), (256,), (256,), (1024, 256, 1, 1), (1024,), (1024,),
-    # layer3.5: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (256, 1024, 1, 1), (256,), (256,), (256, 256, 3, 3), (256,), (256,), (1024, 256, 1, 1), (1024,), (1024,),
-    # layer4.0: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3 + downsample conv, bn
-    (512, 1024, 1, 1), (512,), (512,), (512, 512, 3, 3), (512,), (512,), (2048, 512, 1, 1), (2048,), (2048,),
-    (2048, 1024, 1, 1), (2048,), (2048,),
-    # layer4.1: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (512, 2048, 1, 1), (512,), (512,), (512, 512, 3, 3), (512,), (512,), (2048, 512, 1, 1), (2048,), (2048,),
-    # layer4.2: conv1 1x1, bn1, conv2 3x3, bn2, conv3 1x1, bn3
-    (512, 2048, 1, 1), (512,), (512,), (512, 512, 3, 3), (512,), (512,), (2048, 512, 1, 1), (2048,), (2048,),
-    # fc: weight, bias
-    (1000, 2048), (1000,),
-]
-RESNET50_TENSORS = 161
-RESNET50_ELEMENTS = 25_557_032
-assert len(RESNET50_SHAPES) == RESNET50_TENSORS, len(RESNET50_SHAPES)
-assert sum(math.prod(s) for s in RESNET50_SHAPES) == RESNET50_ELEMENTS
+try:
+    from horo.bench.models import RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS
+except ImportError:  # horo (its core) not importable: the mpi4py baselines still run
+    import runpy
+
+    _models = runpy.run_path(str(C.REPO_ROOT / "horo" / "bench" / "models.py"))
+    RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS = (
+        _models["RESNET50_ELEMENTS"], _models["RESNET50_SHAPES"], _models["RESNET50_TENSORS"])
+
 
 
 def main():

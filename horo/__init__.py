@@ -45,6 +45,7 @@ from horo.basics import (
     tunables,
 )
 from horo.handles import poll, synchronize
+from horo.timeline import start_timeline, stop_timeline
 from horo.ops import Adasum, Average, Max, Min, Product, Sum
 
 __version__ = "0.1.0"
@@ -61,5 +62,6 @@ __all__ = [
     "broadcast_object", "allgather_object",
     "gather", "gather_async", "scatter", "scatter_async", "reduce", "reduce_async",
     "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
-    "join", "poll", "synchronize", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "join", "poll", "synchronize", "start_timeline", "stop_timeline",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
 ]

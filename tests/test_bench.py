@@ -170,3 +170,56 @@ def test_plot_writes_png(tmp_path):
     run_bench("allreduce", "-b", "1K", "-e", "16K", "-f", "4", "--iters", "3", "--warmup", "1",
               "--baseline", "--no-progress", "--plot", png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- horo-bench fused
+
+TINY_MODEL = """
+import torch
+
+
+def build():
+    return torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_resnet50_shape_table():
+    import math
+
+    from horo.bench import models
+
+    assert len(models.RESNET50_SHAPES) == models.RESNET50_TENSORS == 161
+    assert sum(math.prod(s) for s in models.RESNET50_SHAPES) == models.RESNET50_ELEMENTS == 25_557_032
+
+
+@pytest.mark.timeout(120)
+def test_fused_times_fusion_on_and_off_for_a_torch_model(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    (tmp_path / "tiny_model.py").write_text(TINY_MODEL)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    jpath = tmp_path / "fused.json"
+    proc = run_bench("fused", "--model", "tiny_model:build", "--steps", "2", "--reps", "2", "--warmup", "1",
+                     "--baseline", "--json", jpath)
+    assert "4 float32 tensors, 172 elements" in proc.stdout, proc.stdout  # 16*8+8 + 8*4+4
+    rows = {r[0]: r for r in table_rows(proc.stdout)}
+    assert set(rows) == {"fused", "unfused", "mpi4py"}, proc.stdout  # "mpi4py loop" splits in two
+    assert float(rows["fused"][3]) == pytest.approx(1.0)
+    assert "wrong elements: 0 OK" in proc.stdout
+    doc = json.loads(jpath.read_text())
+    assert doc["tensors"] == 4 and doc["nranks"] == 2
+    by_variant = {r["variant"]: r for r in doc["results"]}
+    assert by_variant["unfused"]["fusion_threshold"] == 0 and by_variant["fused"]["fusion_threshold"] == 64 << 20
+    for r in doc["results"]:
+        assert r["wrong"] == 0 and len(r["samples_s"]) == 2 and r["ms_per_step"] > 0
+
+
+@pytest.mark.timeout(60)
+def test_fused_rejects_a_model_it_cannot_import():
+    from horo.bench import fused
+
+    with pytest.raises(SystemExit) as e:
+        fused.parse_args(["--model", "no_such_module_here:build"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        fused.parse_args(["--model", "no-colon"])

@@ -235,8 +235,7 @@ def test_every_tunable_flag_sets_a_variable_the_core_reads():
     from horo.run.tunable_flags import TUNABLE_FLAGS
 
     core_vars = {row["env"] for row in horo.tunables()}
-    # HORO_TIMELINE joins the core's table with the timeline writer
-    unknown = {f.env for f in TUNABLE_FLAGS} - core_vars - {"HORO_TIMELINE"}
+    unknown = {f.env for f in TUNABLE_FLAGS} - core_vars
     assert not unknown, f"flags set variables the core does not read: {unknown}"
 
 

@@ -25,6 +25,10 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
        "fail such stalled tensors with an error after this long; 0 waits forever"},
       {"HORO_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "error | warning | info | debug"},
+      {"HORO_TIMELINE", "HOROVOD_TIMELINE", "",
+       "rank 0 writes a Chrome trace (Perfetto) of every tensor's phases to this file; empty: off"},
+      {"HORO_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0",
+       "1: the timeline also marks each background cycle that ran something"},
   };
   return specs;
 }
@@ -87,6 +91,8 @@ Tunables Tunables::from_environment() {
   t.stall_check_seconds = number("HORO_STALL_CHECK_TIME_SECONDS");
   t.stall_shutdown_seconds = number("HORO_STALL_SHUTDOWN_TIME_SECONDS");
   t.log_level = log_level_from(lookup("HORO_LOG_LEVEL"));
+  t.timeline_path = lookup("HORO_TIMELINE");
+  t.timeline_mark_cycles = number("HORO_TIMELINE_MARK_CYCLES") != 0;
   if (t.fusion_threshold_bytes < 0) t.fusion_threshold_bytes = 0;
   if (t.cache_capacity < 0) t.cache_capacity = 0;
   if (t.cycle_time_ms < 0) t.cycle_time_ms = 0;

@@ -30,6 +30,8 @@ struct Tunables {
   double stall_check_seconds;
   double stall_shutdown_seconds;
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug
+  std::string timeline_path;  // rank 0 writes a Chrome trace here ("": none)
+  bool timeline_mark_cycles;
   // How long waiting threads spin (yielding) before they sleep; set at init:
   // zero when this node runs more ranks than cores, where spinning steals
   // the core the awaited thread needs.

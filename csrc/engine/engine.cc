@@ -13,6 +13,15 @@ namespace horo {
 Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) : tunables_(tunables) {
   queue_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
   handles_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
+  rank_ = transport->rank();
+  if (!tunables_.timeline_path.empty() && rank_ == 0) {
+    try {
+      timeline_.start(tunables_.timeline_path, tunables_.timeline_mark_cycles);
+    } catch (const Error& e) {
+      // Other ranks are starting already: refusing to start here would hang them.
+      HORO_LOG(kLogError, "HORO_TIMELINE: " << e.what() << "; running without a timeline");
+    }
+  }
   std::vector<int> everyone(transport->size());
   for (int r = 0; r < transport->size(); ++r) everyone[r] = r;
   add_set(0, std::move(transport), std::move(everyone));
@@ -24,7 +33,7 @@ void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<i
   set.members = std::move(members);
   set.transport = std::move(transport);
   set.controller = std::make_unique<Controller>(*set.transport, tunables_, set.members);
-  set.executor = std::make_unique<Executor>(*set.transport, tunables_);
+  set.executor = std::make_unique<Executor>(*set.transport, tunables_, timeline_);
 }
 
 Engine::~Engine() { shutdown(); }
@@ -34,6 +43,7 @@ int Engine::enqueue(TensorEntry entry) {
   const std::string name = entry.request.name;
   const int entry_set = entry.request.process_set;
   entry.handle = handles_.create();
+  if (timeline_.recording()) entry.enqueued_at = Timeline::Clock::now();
   const int handle = entry.handle;
   try {
     queue_.push(std::move(entry));
@@ -57,6 +67,19 @@ void Engine::shutdown() {
   shutdown_requested_ = true;
   queue_.wake();
   if (thread_.joinable()) thread_.join();
+  timeline_.stop(false);
+}
+
+void Engine::start_timeline(const std::string& path, bool mark_cycles) {
+  if (rank_ != 0) return;
+  if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
+  timeline_.start(path, mark_cycles);
+}
+
+void Engine::stop_timeline() {
+  if (rank_ != 0) return;
+  queue_.wake();  // the next flush comes sooner
+  timeline_.stop(!stopped_);
 }
 
 void Engine::loop() {
@@ -65,6 +88,7 @@ void Engine::loop() {
   auto backoff = microseconds(0);  // grows while pending tensors make no progress
   try {
     bool stop = false;
+    std::vector<Timeline::Clock::time_point> enqueued_at;
     while (!stop) {
       bool pending = false;
       for (auto& kv : sets_) pending |= kv.second.controller->has_pending();
@@ -73,10 +97,14 @@ void Engine::loop() {
       } else if (backoff.count() > 0) {
         queue_.wait_for_work(backoff);
       }
+      const int64_t cycle_start = timeline_.activity_start();
       // Route new requests to their set; a set this rank is not in fails at once.
       std::map<int, std::vector<Request>> arrived;
-      for (Request& q : queue_.take_new_requests()) {
+      std::vector<Request> requests = queue_.take_new_requests(&enqueued_at);
+      for (size_t i = 0; i < requests.size(); ++i) {
+        Request& q = requests[i];
         if (sets_.count(q.process_set)) {
+          timeline_.negotiation_started(q.process_set, q, enqueued_at[i], cycle_start);
           arrived[q.process_set].push_back(std::move(q));
           continue;
         }
@@ -86,6 +114,7 @@ void Engine::loop() {
         }
       }
       bool progressed = false;
+      size_t responses = 0;
       // Ids ascend on every rank, so members of a set reach its cycle in the same order.
       std::vector<int> ids;
       for (auto& kv : sets_) ids.push_back(kv.first);
@@ -95,6 +124,8 @@ void Engine::loop() {
         Controller::Cycle cycle = sets_[id].controller->run_cycle(std::move(arrived[id]),
                                                                   global && shutdown_requested_);
         progressed |= !cycle.responses.empty();
+        responses += cycle.responses.size();
+        timeline_.cycle_finished(id, cycle.responses);
         execute(id, std::move(cycle.responses));
         stop |= global && cycle.shutdown;
       }
@@ -102,6 +133,8 @@ void Engine::loop() {
       // cycles only spin when every rank waits on the others' callers, so
       // back off then (bounded by the cycle time).
       backoff = progressed ? microseconds(0) : std::min(cycle_time, std::max(microseconds(20), backoff * 2));
+      if (progressed) timeline_.mark_cycle(cycle_start, static_cast<int64_t>(responses));
+      timeline_.flush();
     }
     stop_reason_ = "";
     fail_everything("horo was shut down (by this or another rank) while this tensor was pending");
@@ -110,6 +143,7 @@ void Engine::loop() {
     stop_reason_ = std::string(" after an internal error: ") + e.what();
     fail_everything(std::string("horo's background thread failed: ") + e.what());
   }
+  timeline_.engine_exited();
   // Frees the communicators, sub-sets first; every rank leaves the loop in the same cycle.
   while (!sets_.empty()) sets_.erase(std::prev(sets_.end()));
 }
@@ -167,7 +201,9 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
       }
     }
     const Request& agreed = group.front().request;
+    timeline_.group_started(set_id, group);
     if (group.front().kind == Response::Kind::kError) {
+      timeline_.group_finished(true);
       for (auto& e : entries) handles_.complete(e.handle, group.front().error);
       continue;
     }
@@ -189,6 +225,7 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
     } catch (const Error& e) {
       error = std::string(collective_name(agreed.type)) + " '" + agreed.name + "' failed: " + e.what();
     }
+    timeline_.group_finished(!error.empty());
     for (auto& e : entries) handles_.complete(e.handle, error, std::move(e.allocated));
   }
 }

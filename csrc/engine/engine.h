@@ -17,6 +17,7 @@
 #include "engine/controller.h"
 #include "engine/handle_table.h"
 #include "engine/tensor_queue.h"
+#include "engine/timeline.h"
 #include "transport/transport.h"
 
 namespace horo {
@@ -34,6 +35,9 @@ class Engine {
   // Collective in effect: the first rank to ask stops every rank's loop.
   void shutdown();
   bool stopped() const { return stopped_; }
+  // Rank 0 records (as Horovod's coordinator does); elsewhere these do nothing.
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
 
  private:
   struct ProcessSet {
@@ -51,6 +55,8 @@ class Engine {
   void fail_everything(const std::string& why);
 
   Tunables tunables_;
+  int rank_ = 0;
+  Timeline timeline_;  // outlives the executors that record into it
   TensorQueue queue_;
   HandleTable handles_;
   std::map<int, ProcessSet> sets_;  // background thread only

@@ -44,7 +44,11 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
     case CollectiveType::kAllgather: return allgather(group, entries);
     case CollectiveType::kBroadcast: return broadcast(entries);
     case CollectiveType::kAlltoall: return alltoall(group.front(), entries.front());
-    case CollectiveType::kBarrier: return transport_.barrier();
+    case CollectiveType::kBarrier: {
+      const int64_t t = timeline_.activity_start();
+      transport_.barrier();
+      return timeline_.activity("MPI_BARRIER", t);
+    }
     case CollectiveType::kGather: return gather(group.front(), entries.front());
     case CollectiveType::kScatter: return scatter(entries.front());
     case CollectiveType::kReduce: return reduce_to_root(entries.front());
@@ -52,9 +56,13 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
 }
 
 void Executor::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
+  const int64_t t = timeline_.activity_start();
   if (ring_for(tunables_.allreduce_algo, count * dtype_size(dtype)) ||
       !transport_.native_allreduce(input, output, count, dtype, op)) {
     ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, output, dtype, op);
+    timeline_.activity("RING_ALLREDUCE", t);
+  } else {
+    timeline_.activity("MPI_ALLREDUCE", t);
   }
 }
 
@@ -79,6 +87,7 @@ void Executor::allreduce(std::vector<TensorEntry>& entries) {
   }
   size_t total = 0;
   for (const auto& e : entries) total += elements(e.request.shape);
+  int64_t t = timeline_.activity_start();
   char* buf = fusion_.reserve(total * esize);
   size_t offset = 0;
   for (const auto& e : entries) {
@@ -86,13 +95,16 @@ void Executor::allreduce(std::vector<TensorEntry>& entries) {
     copy_scaled(dtype, buf + offset * esize, e.input, count, spec.prescale);
     offset += count;
   }
+  timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   reduce(buf, buf, total, dtype, spec.op);
+  t = timeline_.activity_start();
   offset = 0;
   for (auto& e : entries) {
     const size_t count = elements(e.request.shape);
     copy_scaled(dtype, e.output, buf + offset * esize, count, postscale);
     offset += count;
   }
+  timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
 void Executor::reducescatter(std::vector<TensorEntry>& entries) {
@@ -109,6 +121,7 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries) {
     for (int r = 0; r < n; ++r) segment[r] += rows[r] * row_elements(e.request.shape);
   }
   const RingLayout layout = RingLayout::from_counts(segment);
+  int64_t t = timeline_.activity_start();
   char* buf = fusion_.reserve(layout.total() * esize);
   std::vector<size_t> cursor(layout.offset);
   for (const auto& e : entries) {
@@ -121,19 +134,26 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries) {
       cursor[r] += rows[r] * row;
     }
   }
+  timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   // The ring leaves our segment in place; MPI's in-place reduce-scatter moves it to the front.
   size_t offset = 0;
+  t = timeline_.activity_start();
   if (ring_for(tunables_.reducescatter_algo, layout.total() * esize) ||
       !transport_.native_reduce_scatter(buf, buf, layout.count, dtype, spec.op)) {
     ring_.reduce_scatter(transport_, layout, buf, buf, dtype, spec.op);
     offset = layout.offset[me];
+    timeline_.activity("RING_REDUCESCATTER", t);
+  } else {
+    timeline_.activity("MPI_REDUCE_SCATTER", t);
   }
+  t = timeline_.activity_start();
   for (auto& e : entries) {
     const size_t count = split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n)[me] *
                          row_elements(e.request.shape);
     copy_scaled(dtype, e.output, buf + offset * esize, count, postscale);
     offset += count;
   }
+  timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
 void Executor::allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
@@ -159,6 +179,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   const bool fused = entries.size() > 1;
   char* buf = fused ? fusion_.reserve(layout.total() * esize) : entries.front().allocated->bytes.data();
   const char* mine = static_cast<const char*>(entries.front().input);
+  int64_t t = timeline_.activity_start();
   if (fused) {
     size_t cursor = layout.offset[me];
     for (auto& e : entries) {
@@ -167,19 +188,24 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
       cursor += count;
     }
     mine = buf + layout.offset[me] * esize;
+    timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   }
   // Measured (benchmarks/collectives_busbw.py): with two ranks the ring's one
   // step is just MPI's exchange in chunks, and loses; from three it wins.
   const bool ring = tunables_.allgather_algo == "ring" ||
                     (transport_.size() > 2 && ring_for(tunables_.allgather_algo, layout.total() * esize));
+  t = timeline_.activity_start();
   if (ring) {
     ring_.allgather(transport_, layout, mine, buf, dtype);
+    timeline_.activity("RING_ALLGATHER", t);
   } else {
     std::vector<size_t> bytes;
     for (size_t c : layout.count) bytes.push_back(c * esize);
     transport_.native_allgatherv(mine, buf, bytes);
+    timeline_.activity("MPI_ALLGATHERV", t);
   }
   if (!fused) return;
+  t = timeline_.activity_start();
   std::vector<size_t> written(entries.size(), 0);
   for (int r = 0; r < n; ++r) {
     size_t cursor = layout.offset[r];
@@ -190,6 +216,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
       cursor += count;
     }
   }
+  timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
 void Executor::broadcast(std::vector<TensorEntry>& entries) {
@@ -200,11 +227,14 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
     TensorEntry& e = entries.front();
     const size_t bytes = elements(e.request.shape) * esize;
     if (root && e.output != e.input) std::memcpy(e.output, e.input, bytes);
+    const int64_t t = timeline_.activity_start();
     transport_.broadcast(e.output, bytes, spec.root);
+    timeline_.activity("MPI_BCAST", t);
     return;
   }
   size_t total = 0;
   for (const auto& e : entries) total += elements(e.request.shape) * esize;
+  int64_t t = timeline_.activity_start();
   char* buf = fusion_.reserve(total);
   size_t offset = 0;
   for (const auto& e : entries) {
@@ -212,13 +242,18 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
     if (root) std::memcpy(buf + offset, e.input, bytes);
     offset += bytes;
   }
+  timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
+  t = timeline_.activity_start();
   transport_.broadcast(buf, total, spec.root);
+  timeline_.activity("MPI_BCAST", t);
+  t = timeline_.activity_start();
   offset = 0;
   for (auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
     std::memcpy(e.output, buf + offset, bytes);
     offset += bytes;
   }
+  timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
 void Executor::alltoall(const Response& agreed, TensorEntry& e) {
@@ -236,7 +271,9 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     out->shape[0] += rows_in;
   }
   out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
+  const int64_t t = timeline_.activity_start();
   transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
+  timeline_.activity("MPI_ALLTOALLV", t);
   e.allocated = std::move(out);
 }
 
@@ -255,7 +292,9 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
     output = out->bytes.data();
     e.allocated = std::move(out);
   }
+  const int64_t t = timeline_.activity_start();
   transport_.gatherv(e.input, output, bytes, e.request.root);
+  timeline_.activity("MPI_GATHERV", t);
 }
 
 void Executor::scatter(TensorEntry& e) {
@@ -263,7 +302,9 @@ void Executor::scatter(TensorEntry& e) {
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   std::vector<size_t> bytes;
   for (size_t r : rows) bytes.push_back(r * row_bytes);
+  const int64_t t = timeline_.activity_start();
   transport_.scatterv(e.input, bytes, e.output, e.request.root);
+  timeline_.activity("MPI_SCATTERV", t);
 }
 
 void Executor::reduce_to_root(TensorEntry& e) {
@@ -276,8 +317,12 @@ void Executor::reduce_to_root(TensorEntry& e) {
   }
   // MPI cannot reduce 16-bit floats (nor wrap 8-bit sums): the ring's
   // allreduce gives root the same values, at the price of everyone getting them.
+  const int64_t t = timeline_.activity_start();
   if (!transport_.native_reduce(input, e.output, count, spec.dtype, spec.op, spec.root)) {
     ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, e.output, spec.dtype, spec.op);
+    timeline_.activity("RING_ALLREDUCE", t);
+  } else {
+    timeline_.activity("MPI_REDUCE", t);
   }
   if (transport_.rank() == spec.root) scale_buffer(spec.dtype, e.output, count, final_scale(spec, transport_.size()));
 }

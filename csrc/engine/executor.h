@@ -10,6 +10,7 @@
 #include "common/tunables.h"
 #include "engine/fusion_buffer.h"
 #include "engine/tensor_queue.h"
+#include "engine/timeline.h"
 #include "transport/transport.h"
 #include "wire/messages.h"
 
@@ -17,8 +18,8 @@ namespace horo {
 
 class Executor {
  public:
-  Executor(Transport& transport, const Tunables& tunables)
-      : transport_(transport), tunables_(tunables), ring_(tunables.ring_chunk_bytes) {}
+  Executor(Transport& transport, const Tunables& tunables, Timeline& timeline)
+      : transport_(transport), tunables_(tunables), timeline_(timeline), ring_(tunables.ring_chunk_bytes) {}
 
   // `group[i]` is the agreed response for `entries[i]`; all share one
   // collective, dtype, op, scale factors and root.
@@ -38,6 +39,7 @@ class Executor {
 
   Transport& transport_;
   const Tunables& tunables_;
+  Timeline& timeline_;  // activities of the group being run (engine/timeline.h)
   Ring ring_;
   FusionBuffer fusion_;
 };

@@ -22,15 +22,20 @@ void TensorQueue::push(TensorEntry entry) {
                   "or give the new one another name");
     }
     new_requests_.push_back(entry.request);
+    new_enqueued_at_.push_back(entry.enqueued_at);
     in_flight_.emplace(key, std::move(entry));
   }
   work_cv_.notify_one();
 }
 
-std::vector<Request> TensorQueue::take_new_requests() {
+std::vector<Request> TensorQueue::take_new_requests(std::vector<std::chrono::steady_clock::time_point>* enqueued_at) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Request> out;
   out.swap(new_requests_);
+  if (enqueued_at) {
+    enqueued_at->swap(new_enqueued_at_);
+  }
+  new_enqueued_at_.clear();
   return out;
 }
 
@@ -49,6 +54,7 @@ std::vector<TensorEntry> TensorQueue::take_all() {
   for (auto& kv : in_flight_) out.push_back(std::move(kv.second));
   in_flight_.clear();
   new_requests_.clear();
+  new_enqueued_at_.clear();
   return out;
 }
 

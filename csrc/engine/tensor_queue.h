@@ -46,14 +46,17 @@ struct TensorEntry {
   void* output = nullptr;  // null: the core allocates `allocated`
   std::shared_ptr<AllocatedOutput> allocated;
   int handle = 0;
+  // Set only while a timeline records (its QUEUE phase starts here).
+  std::chrono::steady_clock::time_point enqueued_at{};
 };
 
 class TensorQueue {
  public:
   // Throws horo::Error when a tensor of the same name is still in flight.
   void push(TensorEntry entry);
-  // Requests pushed since the last call, in push order.
-  std::vector<Request> take_new_requests();
+  // Requests pushed since the last call, in push order; `enqueued_at`
+  // (optional) receives their entries' enqueued_at, in the same order.
+  std::vector<Request> take_new_requests(std::vector<std::chrono::steady_clock::time_point>* enqueued_at = nullptr);
   // Removes and returns the in-flight entry; false if there is none.
   bool take(int process_set, const std::string& name, TensorEntry* entry);
   std::vector<TensorEntry> take_all();
@@ -71,6 +74,7 @@ class TensorQueue {
   // Names are unique per process set: the key is (set, name).
   std::unordered_map<std::string, TensorEntry> in_flight_;
   std::vector<Request> new_requests_;
+  std::vector<std::chrono::steady_clock::time_point> new_enqueued_at_;
 };
 
 }  // namespace horo

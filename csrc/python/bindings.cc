@@ -127,6 +127,23 @@ PYBIND11_MODULE(_core, m) {
         py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
         py::arg("splits"), py::arg("process_set") = 0, "Hands a collective on raw buffers to the background thread; returns its handle.");
   m.def("poll", [](int handle) { require_init(); return g_engine->poll(handle); });
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool mark_cycles) {
+        require_init();
+        g_engine->start_timeline(path, mark_cycles);
+      },
+      py::arg("file_path"), py::arg("mark_cycles") = false,
+      "Rank 0 starts writing a Chrome trace of every tensor's phases to file_path (replacing a running one).");
+  m.def(
+      "stop_timeline",
+      [] {
+        require_init();
+        std::shared_ptr<Engine> engine = g_engine;
+        py::gil_scoped_release release;
+        engine->stop_timeline();
+      },
+      "Rank 0 finishes and closes the timeline file.");
   m.def("wait", &wait, "Block until the handle completes; raise HoroError if it failed.");
   m.attr("collective_codes") = [] {
     py::dict codes;

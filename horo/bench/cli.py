@@ -7,6 +7,9 @@ iterations of the slowest rank), algbw and busbw (GB/s, nccl-tests factors) and 
 over all ranks and iterations, that differ from the NumPy reference). --baseline adds MPI's own
 collective (mpi4py) and a ratio column (MPI time / horo time: above 1, horo is faster).
 The exit status is 1 when any result was wrong.
+
+`horo-bench fused [--model module:attr] [--baseline]` times a whole model's gradient allreduce
+with tensor fusion on and off instead (see horo/bench/fused.py, `horo-bench fused --help`).
 """
 import argparse
 import os
@@ -20,7 +23,8 @@ ALGO_VARS = ("HORO_ALLREDUCE_ALGO", "HORO_ALLGATHER_ALGO", "HORO_REDUCESCATTER_A
 def build_parser():
     p = argparse.ArgumentParser(prog="horo-bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("collective", choices=collectives.NAMES)
+    p.add_argument("collective", choices=collectives.NAMES,
+                   help="the collective to time (or `fused`: a model's gradients, fusion on vs off)")
     p.add_argument("-b", "--minbytes", default="8", help="smallest size (bytes; K/M/G suffixes), default 8")
     p.add_argument("-e", "--maxbytes", default="64M", help="largest size, default 64M")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="multiply the size by this each step (default 2)")
@@ -54,6 +58,11 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["fused"]:
+        from horo.bench import fused
+
+        return fused.main(argv[1:])
     args = parse_args(argv)
     if args.algo is not None:  # read by horo.init(): must be set before it
         for var in ALGO_VARS:

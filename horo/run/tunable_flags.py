@@ -26,6 +26,7 @@ class TunableFlag:
     fallback_doc: str
     choices: tuple = None
     unit_note: str = ""  # when the flag's unit differs from the variable's
+    switch: bool = False  # takes no value: given means on
 
     @property
     def dest(self):
@@ -41,6 +42,8 @@ TUNABLE_FLAGS = (
                 "responses cached to skip negotiation; 0 disables the cache"),
     TunableFlag("--timeline-filename", "HORO_TIMELINE", "FILE", str, str,
                 "write a Chrome trace (Perfetto) of every tensor's phases to FILE"),
+    TunableFlag("--timeline-mark-cycles", "HORO_TIMELINE_MARK_CYCLES", None, None, lambda value: "1",
+                "mark background cycles in the timeline", switch=True),
     TunableFlag("--stall-check-time", "HORO_STALL_CHECK_TIME_SECONDS", "SECONDS", float, _number_text,
                 "warn about tensors not submitted by every rank after this long; 0 disables"),
     TunableFlag("--stall-shutdown-time", "HORO_STALL_SHUTDOWN_TIME_SECONDS", "SECONDS", float, _number_text,
@@ -76,6 +79,10 @@ def help_text(flag, core_rows):
 def add_tunable_flags(parser, core_rows):
     group = parser.add_argument_group("tunables (each sets an environment variable on every rank)")
     for flag in TUNABLE_FLAGS:
+        if flag.switch:
+            group.add_argument(flag.flag, dest=flag.dest, action="store_const", const=True, default=None,
+                               help=help_text(flag, core_rows))
+            continue
         metavar = "{" + ",".join(flag.choices) + "}" if flag.choices else flag.metavar
         group.add_argument(flag.flag, dest=flag.dest, metavar=metavar, type=flag.type,
                            choices=flag.choices, default=None, help=help_text(flag, core_rows))
