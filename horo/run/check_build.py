@@ -8,8 +8,12 @@ import ctypes
 import ctypes.util
 import importlib.metadata
 import importlib.util
+import os
 
 from horo.run import mpi_flavor
+
+# Looking up horo.tensorflow.keras imports TensorFlow, whose start-up chatter would bury the checklist.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FRAMEWORKS = (
     ("PyTorch", "torch", "horo.torch"),
