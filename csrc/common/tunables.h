@@ -20,6 +20,7 @@ const std::vector<TunableSpec>& tunable_specs();
 
 struct Tunables {
   int64_t fusion_threshold_bytes;
+  int64_t fusion_max_tensor_bytes;  // larger tensors run alone, in place
   double cycle_time_ms;
   int cache_capacity;
   std::string allreduce_algo;  // ring | mpi | auto

@@ -180,7 +180,8 @@ std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
 void Engine::execute(int set_id, std::vector<Response> responses) {
   if (responses.empty()) return;
   ProcessSet& set = sets_.at(set_id);
-  for (auto& group : plan_fusion(std::move(responses), static_cast<size_t>(tunables_.fusion_threshold_bytes))) {
+  for (auto& group : plan_fusion(std::move(responses), static_cast<size_t>(tunables_.fusion_threshold_bytes),
+                                   static_cast<size_t>(tunables_.fusion_max_tensor_bytes))) {
     std::vector<TensorEntry> entries;
     std::vector<std::vector<char>> stand_ins;  // a joined rank's identity contributions
     for (const Response& r : group) {

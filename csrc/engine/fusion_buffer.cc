@@ -11,7 +11,8 @@ namespace {
 size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
 }  // namespace
 
-std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes) {
+std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes,
+                                               size_t max_tensor_bytes) {
   std::vector<std::vector<Response>> groups;
   using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double, int32_t>;
   std::map<Key, size_t> open;  // key -> index into groups of the group still filling
@@ -21,7 +22,10 @@ std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, 
     // Only these have a fused form; errors travel alone.
     const bool fusable = q.type == CollectiveType::kAllreduce || q.type == CollectiveType::kAllgather ||
                          q.type == CollectiveType::kReducescatter || q.type == CollectiveType::kBroadcast;
-    if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable) {
+    // A large tensor's own collective is bandwidth-bound already: staging it
+    // through the fusion buffer would only add two copies of it.
+    if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable ||
+        bytes_of(q) > max_tensor_bytes) {
       groups.push_back({std::move(response)});
       filled.push_back(0);
       continue;

@@ -13,9 +13,10 @@
 namespace horo {
 
 // Groups `responses` (identical on every rank) into fusion groups; the result
-// is identical on every rank too. Errors travel alone. A threshold of 0
-// disables fusion.
-std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes);
+// is identical on every rank too. Errors, and tensors over `max_tensor_bytes`,
+// travel alone. A threshold of 0 disables fusion.
+std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes,
+                                               size_t max_tensor_bytes);
 
 // A grow-only staging buffer, left uninitialised (it is always overwritten).
 class FusionBuffer {
