@@ -1,1 +1,73 @@
-"""horo for Keras 3 (placeholder)."""
+"""horo for Keras 3 (TensorFlow backend), with Horovod's `horovod.tensorflow.keras` names.
+
+    import keras
+    import horo.tensorflow.keras as hvd
+
+    hvd.init()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size())),
+                  loss="sparse_categorical_crossentropy")
+    model.fit(x_shard, y_shard, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                           hvd.callbacks.MetricAverageCallback()],
+              verbose=1 if hvd.rank() == 0 else 0)
+    if hvd.rank() == 0:
+        model.save("model.keras")            # later: hvd.load_model("model.keras")
+
+The collectives are horo.tensorflow's; this package adds the optimizer wrapper
+(optimizer.py), the callbacks (callbacks.py) and load_model (saving.py).
+"""
+from horo.tensorflow import (
+    Adasum,
+    Average,
+    Compression,
+    HoroError,
+    Max,
+    Min,
+    Product,
+    ProcessSet,
+    Sum,
+    add_process_set,
+    allgather,
+    allgather_object,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    broadcast_object,
+    broadcast_variables,
+    cross_rank,
+    cross_size,
+    global_process_set,
+    grouped_allgather,
+    grouped_allreduce,
+    init,
+    is_initialized,
+    join,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    rank,
+    reducescatter,
+    remove_process_set,
+    shutdown,
+    size,
+)
+from horo.tensorflow.keras import callbacks
+from horo.tensorflow.keras.callbacks import (
+    BroadcastGlobalVariablesCallback,
+    LearningRateScheduleCallback,
+    LearningRateWarmupCallback,
+    MetricAverageCallback,
+)
+from horo.tensorflow.keras.optimizer import DistributedOptimizer
+from horo.tensorflow.keras.saving import load_model
+
+__all__ = [
+    "HoroError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+    "cross_rank", "mpi_threads_supported", "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall", "reducescatter",
+    "join", "barrier", "broadcast_variables", "broadcast_object", "allgather_object",
+    "DistributedOptimizer", "load_model", "callbacks",
+    "BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback",
+    "LearningRateScheduleCallback",
+]
