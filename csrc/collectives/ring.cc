@@ -25,11 +25,11 @@ RingLayout RingLayout::from_counts(const std::vector<size_t>& counts) {
 }
 
 void Ring::allreduce(Transport& t, const RingLayout& layout, const void* input, void* output, DataType dtype,
-                     ReduceOp op) {
+                     ReduceOp op, double scale) {
   const char* in = static_cast<const char*>(input);
   const int left_segment = (t.rank() + t.size() - 1) % t.size();
   run(t, kReduceScatter | kAllGather, layout, in + layout.offset[left_segment] * dtype_size(dtype), in,
-      static_cast<char*>(output), dtype, op);
+      static_cast<char*>(output), dtype, op, scale);
 }
 
 void Ring::reduce_scatter(Transport& t, const RingLayout& layout, const void* input, void* output, DataType dtype,
@@ -48,11 +48,12 @@ void Ring::allgather(Transport& t, const RingLayout& layout, const void* mine, v
 }
 
 void Ring::run(Transport& t, int phases, const RingLayout& layout, const char* first_send, const char* input,
-               char* output, DataType dtype, ReduceOp op) {
+               char* output, DataType dtype, ReduceOp op, double scale) {
   const int n = t.size(), r = t.rank();
   const size_t esize = dtype_size(dtype);
   if (n == 1) {
     if (input != output && (phases & kReduceScatter)) std::memcpy(output, input, layout.total() * esize);
+    scale_buffer(dtype, output, layout.total(), scale);
     return;
   }
   const size_t chunk_elems = std::max<size_t>(1, chunk_bytes_ / esize);
@@ -108,6 +109,8 @@ void Ring::run(Transport& t, int phases, const RingLayout& layout, const char* f
       // contribution is still the untouched input.
       if (reduce && input == output) reduce_into(dtype, op, output + at(seg, k), landing(k), len);
       if (reduce && input != output) reduce_to(dtype, op, output + at(seg, k), input + at(seg, k), landing(k), len);
+      // The last reduce-scatter step finishes this rank's own segment.
+      if (reduce && seg == r) scale_buffer(dtype, output + at(seg, k), len, scale);
       if (k + kWindow < nchunks) post(k + kWindow);
       if (s + 1 < nsteps) sends[s + 1].push_back(t.isend(output + at(seg, k), len * esize, right));
     }

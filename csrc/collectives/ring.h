@@ -34,9 +34,11 @@ class Ring {
 
   // `input` and `output` span the whole layout (they may be the same buffer).
   // Every rank ends with bit-identical values: each segment is reduced once,
-  // in ring order, on one rank, then copied to the others.
+  // in ring order, on one rank, then copied to the others. `scale` (Average's
+  // 1/size, a postscale) is applied there too, to each chunk as it is
+  // finished, while it is still in cache: no extra pass over the output.
   void allreduce(Transport& t, const RingLayout& layout, const void* input, void* output, DataType dtype,
-                 ReduceOp op);
+                 ReduceOp op, double scale = 1.0);
   // After it, output's segment `t.rank()` holds the reduction of that segment
   // over every rank; the other segments of `output` are left as scratch.
   void reduce_scatter(Transport& t, const RingLayout& layout, const void* input, void* output, DataType dtype,
@@ -48,7 +50,7 @@ class Ring {
  private:
   enum Phase { kReduceScatter = 1, kAllGather = 2 };
   void run(Transport& t, int phases, const RingLayout& layout, const char* first_send, const char* input,
-           char* output, DataType dtype, ReduceOp op);
+           char* output, DataType dtype, ReduceOp op, double scale = 1.0);
 
   static constexpr int kWindow = 4;  // receives posted ahead per step
   size_t chunk_bytes_;

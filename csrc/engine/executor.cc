@@ -55,13 +55,14 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
   }
 }
 
-void Executor::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
+void Executor::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale) {
   const int64_t t = timeline_.activity_start();
   if (ring_for(tunables_.allreduce_algo, count * dtype_size(dtype)) ||
       !transport_.native_allreduce(input, output, count, dtype, op)) {
-    ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, output, dtype, op);
+    ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, output, dtype, op, scale);
     timeline_.activity("RING_ALLREDUCE", t);
   } else {
+    scale_buffer(dtype, output, count, scale);
     timeline_.activity("MPI_ALLREDUCE", t);
   }
 }
@@ -81,8 +82,7 @@ void Executor::allreduce(std::vector<TensorEntry>& entries) {
       copy_scaled(dtype, e.output, e.input, count, spec.prescale);
       input = e.output;
     }
-    reduce(input, e.output, count, dtype, spec.op);
-    scale_buffer(dtype, e.output, count, postscale);
+    reduce(input, e.output, count, dtype, spec.op, postscale);
     return;
   }
   size_t total = 0;

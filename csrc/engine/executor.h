@@ -35,7 +35,8 @@ class Executor {
   void gather(const Response& agreed, TensorEntry& entry);
   void scatter(TensorEntry& entry);
   void reduce_to_root(TensorEntry& entry);
-  void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op);
+  // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
+  void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
 
   Transport& transport_;
   const Tunables& tunables_;

@@ -6,12 +6,7 @@ import horo
 from horo.process_sets import global_process_set
 
 from horo.tensorflow import core_ops
-from horo.tensorflow.tensors import as_tensor, check_dtype, collective_name
-
-
-def _variable_name(variable, index):
-    # Keras 3 variables carry a unique path; tf.Variable names may repeat ("kernel:0").
-    return f"{index}.{getattr(variable, 'path', None) or getattr(variable, 'name', 'variable')}"
+from horo.tensorflow.tensors import as_tensor, check_dtype, collective_name, variable_label
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False, name=None):
@@ -24,7 +19,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         return None if tf.executing_eagerly() else tf.no_op()
     values = [as_tensor(v) for v in variables]
     base = collective_name(name, "broadcast_variables", None, process_set)
-    names = [f"{base}.{_variable_name(v, i)}" for i, v in enumerate(variables)]
+    names = [f"{base}.{variable_label(v, i)}" for i, v in enumerate(variables)]
     for value, n in zip(values, names):
         check_dtype(value, n)
     received = core_ops.broadcast_group(values, names, root_rank, process_set)

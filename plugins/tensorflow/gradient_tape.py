@@ -16,12 +16,7 @@ from horo.process_sets import global_process_set
 
 from horo.tensorflow.collectives import reduce_group
 from horo.tensorflow.compression import Compression
-from horo.tensorflow.tensors import unique_in_graph
-
-
-def _source_name(source, index):
-    label = getattr(source, "path", None) or getattr(source, "name", None)
-    return f"{index}" if not isinstance(label, str) else f"{index}.{label}"
+from horo.tensorflow.tensors import unique_in_graph, variable_label
 
 
 class GradientReducer:
@@ -64,7 +59,7 @@ class GradientReducer:
         base = base if tf.executing_eagerly() else unique_in_graph(base)
         reduced = list(grads)
         for group in self._split(present, sources):
-            names = [f"{base}.{_source_name(sources[i], i)}" for i in group]
+            names = [f"{base}.{variable_label(sources[i], i)}" for i in group]
             outs = reduce_group([grads[i] for i in group], names, self.op, self.prescale, self.postscale,
                                 self.compression, self.process_set)
             for i, out in zip(group, outs):

@@ -52,6 +52,16 @@ def collective_name(name, collective, tensor=None, process_set=None):
     return unique_in_graph(base + (f".set{set_id}" if set_id else ""))
 
 
+def variable_label(variable, index):
+    """`<index>.<short name>` for a variable's collective: the position keeps it unique, and
+    only the last part of the name is used, because Keras numbers auto-named layers per
+    process ("dense_3/kernel" on one rank can be "dense_4/kernel" on another)."""
+    label = getattr(variable, "name", None)
+    if not isinstance(label, str) or not label:
+        return str(index)
+    return f"{index}.{label.rsplit('/', 1)[-1].split(':', 1)[0]}"
+
+
 def derived_name(name, suffix):
     """A name for a collective derived from another (e.g. its gradient), unique within a graph."""
     base = f"{name}.{suffix}"

@@ -193,6 +193,10 @@ def test_broadcast_variables_tf_and_keras(hvd, mode):
 
     size, rank = hvd.size(), hvd.rank()
     tf_vars = [tf.Variable(np.full((3, 2), rank, np.float32)), tf.Variable(np.arange(4, dtype=np.int64) * (rank + 1))]
+    # Keras numbers auto-named layers per process: one extra layer on rank 0 gives
+    # the model's layers other paths there ("dense_5" vs "dense_4"), which must not matter.
+    if rank == 0:
+        keras.layers.Dense(1)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3), keras.layers.Dense(1)])
     for v in model.variables:
         v.assign(np.full(v.shape, float(rank), np.float32))
