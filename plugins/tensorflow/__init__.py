@@ -17,14 +17,20 @@ from horo._native import HoroError
 from horo.ops import Adasum, Average, Max, Min, Product, Sum
 from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
-from horo.tensorflow.basics import (
+from horo.build_info import (
     ccl_built,
-    cross_rank,
-    cross_size,
     cuda_built,
     ddl_built,
     gloo_built,
     gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+)
+from horo.tensorflow.basics import (
+    cross_rank,
+    cross_size,
     init,
     is_homogeneous,
     is_initialized,
@@ -32,13 +38,9 @@ from horo.tensorflow.basics import (
     local_rank_op,
     local_size,
     local_size_op,
-    mpi_built,
-    mpi_enabled,
     mpi_threads_supported,
-    nccl_built,
     rank,
     rank_op,
-    rocm_built,
     shutdown,
     size,
     size_op,

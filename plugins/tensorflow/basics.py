@@ -40,45 +40,8 @@ def is_homogeneous():
     return size() == local_size() * cross_size()
 
 
-def mpi_built():
-    return True
-
-
-def mpi_enabled():
-    return True
-
-
-def gloo_built():
-    return False
-
-
-def gloo_enabled():
-    return False
-
-
-def nccl_built():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def cuda_built():
-    return False
-
-
-def rocm_built():
-    return False
-
-
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
     "mpi_threads_supported", "size_op", "rank_op", "local_size_op", "local_rank_op", "is_homogeneous",
-    "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
-    "rocm_built", "global_process_set",
+    "global_process_set",
 ]

@@ -2,43 +2,21 @@
 `compress` before sending, `decompress` after, with a context in between."""
 import tensorflow as tf
 
-
-class Compressor:
-    """Interface: compress(tensor) -> (tensor, ctx); decompress(tensor, ctx) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+from horo.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401 - Horovod's names
 
 
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
+class FP16Compressor(CastCompressor):
     """Sends floating-point tensors as float16 (half the bytes), restoring their dtype after."""
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, None
+    wire_dtype = tf.float16
 
     @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tf.cast(tensor, ctx)
+    def is_floating(tensor):
+        return tensor.dtype.is_floating
+
+    @staticmethod
+    def cast(tensor, dtype):
+        return tf.cast(tensor, dtype)
 
 
 class Compression:

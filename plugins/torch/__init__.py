@@ -32,7 +32,7 @@ from horo.barrier import barrier as _barrier
 from horo.join import join as _join
 from horo.ops import Adasum, Average, Max, Min, Product, Sum
 from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from horo.torch.build_info import (
+from horo.build_info import (
     ccl_built,
     cuda_built,
     ddl_built,

@@ -8,48 +8,24 @@ significant digits (fp16) or two (bf16) in the reduced gradients.
 """
 import torch
 
+from horo.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401 - Horovod's names
 
-class Compressor:
-    """compress(tensor) -> (tensor to communicate, context); decompress(tensor, context) -> tensor."""
+
+class _TorchCast(CastCompressor):
+    @staticmethod
+    def is_floating(tensor):
+        return tensor.dtype.is_floating_point
 
     @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+    def cast(tensor, dtype):
+        return tensor.to(dtype)
 
 
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class _HalfCompressor(Compressor):
-    wire_dtype = None
-
-    @classmethod
-    def compress(cls, tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != cls.wire_dtype:
-            return tensor.to(cls.wire_dtype), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class FP16Compressor(_HalfCompressor):
+class FP16Compressor(_TorchCast):
     wire_dtype = torch.float16
 
 
-class BF16Compressor(_HalfCompressor):
+class BF16Compressor(_TorchCast):
     wire_dtype = torch.bfloat16
 
 

@@ -15,6 +15,17 @@
 The collectives are horo.tensorflow's; this package adds the optimizer wrapper
 (optimizer.py), the callbacks (callbacks.py) and load_model (saving.py).
 """
+from horo.build_info import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+)
 from horo.tensorflow import (
     Adasum,
     Average,
@@ -63,7 +74,8 @@ from horo.tensorflow.keras.saving import load_model
 
 __all__ = [
     "HoroError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
-    "cross_rank", "mpi_threads_supported", "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
+    "cross_rank", "mpi_threads_supported", "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built",
+    "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall", "reducescatter",
     "join", "barrier", "broadcast_variables", "broadcast_object", "allgather_object",

@@ -1,5 +1,6 @@
-"""What horovod.torch reports about its build, answered for horo's, so scripts that
-branch on it (e.g. `if hvd.nccl_built(): ...`) take the CPU/MPI path."""
+"""What Horovod's framework modules report about their build, answered for horo's
+(re-exported by horo.torch and horo.tensorflow), so scripts that branch on it
+(e.g. `if hvd.nccl_built(): ...`) take the CPU/MPI path."""
 
 
 def mpi_built():
