@@ -56,17 +56,21 @@ MPI_Op mpi_op(ReduceOp op, bool* ok) {
 
 // Waits for `count` requests without pinning a core. MPI_Wait busy-polls,
 // while a CPU training job runs its compute threads on the same cores as this
-// background thread. A ring chunk usually lands within tens of microseconds,
-// so poll with yields first (no added latency, but a runnable compute thread
-// gets the core), then with short sleeps (a peer that is late costs little).
+// background thread. Most waits (a ring chunk, a coordination round) end within
+// tens of microseconds: spin through those, then poll with yields (a runnable
+// compute thread gets the core), then with short sleeps (a late peer costs little).
 void wait_politely(MPI_Request* requests, int count) {
   using clock = std::chrono::steady_clock;
-  const auto yield_until = clock::now() + std::chrono::microseconds(200);
+  const auto start = clock::now();
+  const auto spin_until = start + std::chrono::microseconds(50);
+  const auto yield_until = start + std::chrono::microseconds(1000);
   int done = 0;
   while (true) {
     HORO_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
     if (done) return;
-    if (clock::now() < yield_until) {
+    const auto now = clock::now();
+    if (now < spin_until) continue;
+    if (now < yield_until) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
