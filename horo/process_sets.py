@@ -58,6 +58,10 @@ class _GlobalProcessSet(ProcessSet):
     def included(self):
         return True
 
+    def __repr__(self):
+        # Printable before init (in a default argument, a log line): no size asked of the core.
+        return "ProcessSet(process_set_id=0, ranks=<every rank>)"
+
 
 global_process_set = _GlobalProcessSet()
 

@@ -89,6 +89,7 @@ def test_calls_before_init_raise_value_error():
             except AssertionError as e:
                 raise AssertionError(f"{what}() before init: {e}")
         assert np.array_equal(x, np.ones(4, np.float32)), "a rejected in-place call modified its input"
+        assert "process_set_id=0" in repr(horo.global_process_set)   # printable before init
         assert horo.is_initialized() is False
         """
     )
