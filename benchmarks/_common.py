@@ -181,6 +181,14 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def sleepy_barrier(comm, poll_s=0.002):
+    """A barrier that sleeps while it waits: MPI's own spins, stealing the core a rank that
+    works alone (a single-process baseline) is being measured on."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
+
+
 def time_block(comm, fn, iters):
     """Seconds per call for `iters` back-to-back calls, slowest rank's view."""
     comm.Barrier()

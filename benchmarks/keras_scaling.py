@@ -254,9 +254,7 @@ class MWMS:
 
 def idle_until_rank0(comm, value=None):
     """Ranks other than 0 sleep (no busy MPI wait eating a core) until rank 0 is done; returns rank 0's value."""
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(0.002)
+    C.sleepy_barrier(comm)
     return comm.bcast(value, root=0)
 
 

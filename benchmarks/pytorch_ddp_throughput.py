@@ -62,23 +62,16 @@ def init_gloo(torch, comm):
     return dist
 
 
-def sleepy_barrier(comm, poll_s=0.002):
-    """A barrier that sleeps while it waits: a spinning MPI barrier would steal the core being measured."""
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(poll_s)
-
-
 def time_single(comm, fn, iters):
     """Seconds per step of `fn` run by rank 0 alone (the others sleep)."""
-    sleepy_barrier(comm)
+    C.sleepy_barrier(comm)
     dt = 0.0
     if comm.Get_rank() == 0:
         t0 = time.perf_counter()
         for _ in range(iters):
             fn()
         dt = time.perf_counter() - t0
-    sleepy_barrier(comm)
+    C.sleepy_barrier(comm)
     return comm.bcast(dt, root=0) / iters
 
 
