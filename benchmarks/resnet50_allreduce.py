@@ -20,13 +20,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 try:
-    from horo.bench.models import RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS
+    from horo.bench.models import RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS, gradient_steps
 except ImportError:  # horo (its core) not importable: the mpi4py baselines still run
     import runpy
 
     _models = runpy.run_path(str(C.REPO_ROOT / "horo" / "bench" / "models.py"))
-    RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS = (
-        _models["RESNET50_ELEMENTS"], _models["RESNET50_SHAPES"], _models["RESNET50_TENSORS"])
+    RESNET50_ELEMENTS, RESNET50_SHAPES, RESNET50_TENSORS, gradient_steps = (
+        _models["RESNET50_ELEMENTS"], _models["RESNET50_SHAPES"], _models["RESNET50_TENSORS"],
+        _models["gradient_steps"])
 
 
 
@@ -38,20 +39,9 @@ def main():
     from mpi4py import MPI
 
     C.header(ctx, f"ResNet-50 gradients: {RESNET50_TENSORS} float32 tensors, {RESNET50_ELEMENTS:,} elements")
-    grads = [np.zeros(s, dtype=np.float32) for s in RESNET50_SHAPES]
-    order = list(range(len(grads)))[::-1]  # backward produces the last layer's gradients first
-    names = [f"resnet50.grad.{i}" for i in range(len(grads))]
+    grads, horo_step, mpi_loop_step = gradient_steps(RESNET50_SHAPES, "resnet50.grad", horo, comm)
     packed = np.zeros(RESNET50_ELEMENTS, dtype=np.float32)
     nbytes = packed.nbytes
-
-    def horo_step():
-        handles = [horo.allreduce_async_(grads[i], name=names[i], op=horo.Sum) for i in order]
-        for h in handles:
-            horo.synchronize(h)
-
-    def mpi_loop_step():
-        for i in order:
-            comm.Allreduce(MPI.IN_PLACE, grads[i], op=MPI.SUM)
 
     def mpi_packed_step():
         comm.Allreduce(MPI.IN_PLACE, packed, op=MPI.SUM)

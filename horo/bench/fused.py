@@ -75,20 +75,9 @@ def main(argv=None):
     rank, n = comm.Get_rank(), comm.Get_size()
     threshold = (round(args.fusion_threshold_mb * 1024 * 1024) if args.fusion_threshold_mb is not None
                  else _default_threshold())
-    grads = [np.zeros(s, dtype=np.float32) for s in args.shapes]
-    order = list(range(len(grads)))[::-1]  # backward produces the last layer's gradients first
-    names = [f"horo_bench.fused.{i}" for i in range(len(grads))]
+    grads, horo_step, mpi_step = models.gradient_steps(args.shapes, "horo_bench.fused", horo, comm)
     elements = sum(math.prod(s) for s in args.shapes)
     nbytes = elements * 4
-
-    def horo_step():
-        handles = [horo.allreduce_async_(grads[i], name=names[i], op=horo.Sum) for i in order]
-        for h in handles:
-            horo.synchronize(h)
-
-    def mpi_step():
-        for i in order:
-            comm.Allreduce(MPI.IN_PLACE, grads[i], op=MPI.SUM)
 
     variants = {"fused": threshold, "unfused": 0}
     if args.baseline:

@@ -6,6 +6,8 @@ parameter shapes instead.
 import importlib
 import math
 
+import numpy as np
+
 # torchvision resnet50() parameter shapes, in model.parameters() order: conv weights, BatchNorm
 # gamma and beta, fc weight and bias (BN running statistics are buffers, not gradients).
 RESNET50_SHAPES = [
@@ -72,3 +74,26 @@ def shapes_of(spec):
     if not shapes:
         raise ValueError(f"{spec}: the model has no trainable parameters")
     return shapes
+
+
+def gradient_steps(shapes, name_prefix, horo, comm):
+    """Zeroed float32 gradients of `shapes` and two ways to allreduce them as one training step
+    does (Sum, in place, last layer first, as backward produces them):
+    (grads, horo_step, mpi_loop_step). horo_step enqueues every gradient under a fixed name (the
+    response cache path), then synchronises; mpi_loop_step runs comm.Allreduce per tensor."""
+    grads = [np.zeros(s, dtype=np.float32) for s in shapes]
+    order = list(range(len(grads)))[::-1]
+    names = [f"{name_prefix}.{i}" for i in range(len(grads))]
+
+    def horo_step():
+        handles = [horo.allreduce_async_(grads[i], name=names[i], op=horo.Sum) for i in order]
+        for h in handles:
+            horo.synchronize(h)
+
+    def mpi_loop_step():
+        from mpi4py import MPI
+
+        for i in order:
+            comm.Allreduce(MPI.IN_PLACE, grads[i], op=MPI.SUM)
+
+    return grads, horo_step, mpi_loop_step
