@@ -24,22 +24,19 @@ def tensor_name(name, collective, process_set=None):
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),
             process_set=None):
     """Hands `array` (and `output`, or None for a core-allocated one) to the core; returns the handle."""
+    return submit(collective, name, address(array), 0 if output is None else address(output),
+                  dtypes.code_of(array.dtype, name), array.shape, finish, (array, output), op, prescale, postscale,
+                  root, splits, process_set)
+
+
+def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,
+           prescale=1.0, postscale=1.0, root=0, splits=(), process_set=None):
+    """The core's enqueue for a described buffer (the framework plugins describe theirs without
+    NumPy); `keepalive` holds the buffers until synchronize(), since the core reads and writes them."""
     set_id = process_sets.resolve(process_set, name)[0]
-    handle = _core.enqueue(
-        _CODES[collective],
-        name,
-        address(array),
-        0 if output is None else address(output),
-        dtypes.code_of(array.dtype, name),
-        array.shape,
-        op,
-        float(prescale),
-        float(postscale),
-        int(root),
-        list(splits),
-        set_id,
-    )
-    return track(handle, name, finish, (array, output))
+    handle = _core.enqueue(_CODES[collective], name, input_address, output_address, dtype_code, shape, op,
+                           float(prescale), float(postscale), int(root), list(splits), set_id)
+    return track(handle, name, finish, keepalive)
 
 
 def returning(value):
