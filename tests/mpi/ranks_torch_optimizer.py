@@ -207,10 +207,14 @@ def test_parameters_without_gradient_do_not_hang(thvd, comm):
     mine = slice(rank * BATCH, (rank + 1) * BATCH)
     for _ in range(2):
         opt.zero_grad()
+        if rank == 0:
+            # This rank's own gradient of `extra`, taken without accumulating into .grad: after
+            # backward() p.grad is already being averaged in place (the other ranks may have
+            # reached step() and sent their zeros), so reading it there would race.
+            loss = loss_fn(model(x[mine], use_extra=True), y[mine])
+            local = torch.autograd.grad(loss, model.extra.weight)[0]
         # only rank 0 uses `extra`: the other ranks contribute zeros for its gradient
         loss_fn(model(x[mine], use_extra=(rank == 0)), y[mine]).backward()
-        if rank == 0:
-            local = model.extra.weight.grad.clone()
         opt.step()
     # the averaged gradient of `extra` is rank 0's divided by the number of ranks
     if rank == 0:
