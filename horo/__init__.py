@@ -6,7 +6,7 @@
 
 Launch with `mpirun -np N python train.py`; without mpirun it is a world of one.
 """
-from horo._native import HoroError
+from horo.errors import HoroError, HorovodInternalError, HoroValueError
 from horo.allgather import allgather, allgather_async, grouped_allgather, grouped_allgather_async
 from horo.alltoall import alltoall, alltoall_async
 from horo.barrier import barrier
@@ -51,7 +51,7 @@ from horo.ops import Adasum, Average, Max, Min, Product, Sum
 __version__ = "0.1.0"
 
 __all__ = [
-    "HoroError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+    "HoroError", "HoroValueError", "HorovodInternalError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_threads_supported", "tunables",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",

@@ -1,9 +1,21 @@
 """alltoall: rank r sends splits[j] rows of its tensor to rank j and receives
 what every rank sent it, concatenated in rank order."""
+import numpy as np
+
 from horo import process_sets
 from horo.enqueue import enqueue, tensor_name
 from horo.handles import synchronize
+from horo.errors import HoroValueError
 from horo.tensors import as_array
+
+
+def split_counts(splits, name):
+    """`splits` (a list, NumPy array or tensor of integers) as a list of ints; floats and bools are refused."""
+    array = np.asarray(splits.cpu() if hasattr(splits, "cpu") else splits)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise HoroValueError(f"'{name}': splits must be a 1-d sequence of integers, got {array.dtype} "
+                             f"with shape {array.shape}")
+    return [int(s) for s in array]
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
@@ -12,12 +24,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     if array.ndim == 0:
         array = array.reshape(1)
     n = process_sets.resolve(process_set, name)[2]
+    # Checked by the coordinator, so a bad split fails every rank, not just this one.
     if splits is None:
+        # Even parts, as Horovod; rows that do not divide go as no splits, which the coordinator refuses.
         rows = array.shape[0]
-        send = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+        send = [rows // n] * n if rows % n == 0 else []
     else:
-        # Checked by the coordinator, so a bad split fails every rank, not just this one.
-        send = [int(s) for s in splits]
+        send = split_counts(splits, name)
     want_splits = splits is not None
 
     def finish(core_result):

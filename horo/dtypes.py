@@ -9,6 +9,8 @@ _CODES = {
     np.dtype(np.float16): 4,
     np.dtype(np.float32): 6,
     np.dtype(np.float64): 7,
+    np.dtype(np.int16): 8,
+    np.dtype(np.bool_): 9,  # moved, never reduced (the core refuses reductions of bool)
 }
 _BFLOAT16 = 5
 
@@ -21,5 +23,5 @@ def code_of(dtype, tensor_name):
     # ml_dtypes' bfloat16 (what TensorFlow and JAX hand to NumPy).
     if dtype.name == "bfloat16" and dtype.itemsize == 2:
         return _BFLOAT16
-    supported = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
+    supported = "uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool"
     raise TypeError(f"'{tensor_name}': dtype {dtype} is not supported (supported: {supported})")

@@ -1,5 +1,6 @@
 """Async handles: what the core returns at enqueue, and what synchronize() hands back."""
-from horo._native import HoroError, _core
+from horo._native import _core
+from horo.errors import HorovodInternalError
 
 # handle -> (tensor name, finish(core_result) -> user result, objects to keep alive until completion)
 _outstanding = {}
@@ -18,10 +19,11 @@ def poll(handle):
 
 
 def synchronize(handle):
-    """Waits for `handle` and returns its output; raises horo.HoroError if it failed."""
+    """Waits for `handle` and returns its output; raises horo.HorovodInternalError (a horo.HoroError
+    and a RuntimeError) if it failed."""
     if handle in _outstanding and not _core.is_initialized():
         name = _outstanding.pop(handle)[0]
-        raise HoroError(f"'{name}': horo was shut down while this collective was pending")
+        raise HorovodInternalError(f"'{name}': horo was shut down while this collective was pending")
     try:
         result = _core.wait(handle)
     finally:

@@ -1,4 +1,6 @@
 """Reduction ops, numbered as in Horovod so ported scripts keep working."""
+from horo.errors import HoroValueError
+
 Average = 0
 Sum = 1
 Adasum = 2  # reserved; not supported
@@ -12,9 +14,9 @@ _NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Prod
 def resolve(op, average, tensor_name):
     """Horovod's rules: `op` wins; the deprecated `average=` flag maps to Average/Sum."""
     if op is not None and average is not None:
-        raise ValueError(f"'{tensor_name}': pass either op= or the deprecated average=, not both")
+        raise HoroValueError(f"'{tensor_name}': pass either op= or the deprecated average=, not both")
     if op is None:
         op = Sum if average is False else Average
     if op not in _NAMES:
-        raise ValueError(f"'{tensor_name}': unsupported reduction op {op!r} (use horo.Sum, Average, Min, Max or Product)")
+        raise HoroValueError(f"'{tensor_name}': unsupported reduction op {op!r} (use horo.Sum, Average, Min, Max or Product)")
     return op

@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 
 from horo import basics
+from horo.errors import HoroValueError
 
 _adds = itertools.count()
 _TOKEN = np.zeros(0, dtype=np.uint8)
@@ -70,10 +71,10 @@ def resolve(process_set, tensor_name):
     """(set id, this rank's index in it, its size) or a ValueError naming the tensor."""
     ps = global_process_set if process_set is None else process_set
     if ps.process_set_id is None:
-        raise ValueError(f"'{tensor_name}': {ps!r} has not been added (horo.add_process_set) or was removed")
+        raise HoroValueError(f"'{tensor_name}': {ps!r} has not been added (horo.add_process_set) or was removed")
     me = basics.rank()
     if ps.process_set_id != 0 and me not in ps.ranks:
-        raise ValueError(f"'{tensor_name}': rank {me} is not in {ps!r}; only its members may call collectives on it")
+        raise HoroValueError(f"'{tensor_name}': rank {me} is not in {ps!r}; only its members may call collectives on it")
     return ps.process_set_id, ps.rank(), ps.size()
 
 
@@ -84,7 +85,7 @@ def add_process_set(process_set):
 
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.process_set_id is not None:
-        raise ValueError(f"{ps!r} has already been added")
+        raise HoroValueError(f"{ps!r} has already been added")
     name = f"process_set.add.{next(_adds)}"
     handle = enqueue("add_process_set", name, _TOKEN, _TOKEN, lambda result: result[3], splits=ps.ranks)
     ps.process_set_id = synchronize(handle)
@@ -97,7 +98,7 @@ def remove_process_set(process_set):
     from horo.handles import synchronize
 
     if process_set.process_set_id in (None, 0):
-        raise ValueError(f"{process_set!r} cannot be removed (not added, already removed, or the global set)")
+        raise HoroValueError(f"{process_set!r} cannot be removed (not added, already removed, or the global set)")
     name = f"process_set.remove.{process_set.process_set_id}"
     synchronize(enqueue("remove_process_set", name, _TOKEN, _TOKEN, lambda result: None,
                         root=process_set.process_set_id))

@@ -12,11 +12,12 @@ def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postsca
     name = tensor_name(name, "reducescatter", process_set)
     op = ops.resolve(op, None, name)
     array = as_array(tensor, name)
-    if array.ndim == 0:
-        array = array.reshape(1)
     _, me, n = process_sets.resolve(process_set, name)
-    rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
-    output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
+    if array.ndim == 0:
+        output = np.empty((0,), dtype=array.dtype)  # never written: the coordinator refuses 0-d on every rank
+    else:
+        rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
+        output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
     return enqueue("reducescatter", name, array, output, returning(output), op, prescale_factor, postscale_factor,
                    process_set=process_set)
 

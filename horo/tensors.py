@@ -1,6 +1,8 @@
 """Turning what callers pass into a buffer the core can use, or saying why not."""
 import numpy as np
 
+from horo.errors import HoroValueError
+
 
 def as_array(tensor, name, in_place=False):
     """A C-contiguous ndarray viewing `tensor`'s memory (never a copy)."""
@@ -17,12 +19,12 @@ def as_array(tensor, name, in_place=False):
                 f"got {type(tensor).__name__}"
             ) from None
     if not array.flags.c_contiguous:
-        raise ValueError(
+        raise HoroValueError(
             f"'{name}': tensor is not contiguous (shape {array.shape}, strides {array.strides}); "
             "pass np.ascontiguousarray(tensor)"
         )
     if in_place and not array.flags.writeable:
-        raise ValueError(f"'{name}': an in-place collective needs a writable tensor, this one is read-only")
+        raise HoroValueError(f"'{name}': an in-place collective needs a writable tensor, this one is read-only")
     return array
 
 

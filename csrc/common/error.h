@@ -12,4 +12,18 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The caller's mistake, found as the collective is submitted (e.g. a name already in flight):
+// horo.HoroValueError in Python, which is also a ValueError, as Horovod raises.
+class ArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A collective that failed after it was submitted (ranks disagreed, a rank left, MPI failed),
+// reported at synchronize: horo.HorovodInternalError, a RuntimeError, as in Horovod.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace horo

@@ -1,5 +1,6 @@
 #include "common/tunables.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -25,13 +26,20 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_RING_CHUNK_BYTES", "", "262144", "pipeline chunk of the ring: small enough to stay in L2"},
       {"HORO_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
        "warn about tensors some ranks have submitted and others have not after this long; 0 disables"},
+      {"HORO_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "0",
+       "1: no stall warnings (as HORO_STALL_CHECK_TIME_SECONDS=0)"},
       {"HORO_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
        "fail such stalled tensors with an error after this long; 0 waits forever"},
       {"HORO_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "error | warning | info | debug"},
       {"HORO_TIMELINE", "HOROVOD_TIMELINE", "",
-       "rank 0 writes a Chrome trace (Perfetto) of every tensor's phases to this file; empty: off"},
+       "rank 0 writes a Chrome trace (Perfetto) of every tensor's phases to this file; empty: off; "
+       "DYNAMIC: off until horo.start_timeline(path) (Horovod's meaning)"},
       {"HORO_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0",
        "1: the timeline also marks each background cycle that ran something"},
+      {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "0",
+       "1: all-reduce within each host, then across hosts, then within the host again"},
+      {"HORO_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", "0",
+       "1: all-gather within each host, then across hosts"},
   };
   return specs;
 }
@@ -70,12 +78,14 @@ std::string algorithm(const char* env) {
   return value;
 }
 
-int log_level_from(const std::string& text) {
-  if (text == "error" || text == "ERROR" || text == "0") return 0;
-  if (text == "warning" || text == "WARNING" || text == "1") return 1;
-  if (text == "info" || text == "INFO" || text == "2") return 2;
-  if (text == "debug" || text == "DEBUG" || text == "trace" || text == "TRACE" || text == "3") return 3;
-  throw Error("HORO_LOG_LEVEL='" + text + "' must be error, warning, info or debug");
+int log_level_from(std::string text) {
+  // Horovod's levels in any case (trace, debug, info, warning, error, fatal) or a number.
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (text == "error" || text == "fatal" || text == "0") return 0;
+  if (text == "warning" || text == "warn" || text == "1") return 1;
+  if (text == "info" || text == "2") return 2;
+  if (text == "debug" || text == "trace" || text == "3") return 3;
+  throw Error("HORO_LOG_LEVEL='" + text + "' must be error, warning, info or debug (or Horovod's trace, fatal)");
 }
 
 }  // namespace
@@ -93,10 +103,15 @@ Tunables Tunables::from_environment() {
   t.ring_chunk_bytes = static_cast<int64_t>(number("HORO_RING_CHUNK_BYTES"));
   if (t.ring_chunk_bytes < 4096) t.ring_chunk_bytes = 4096;
   t.stall_check_seconds = number("HORO_STALL_CHECK_TIME_SECONDS");
+  if (number("HORO_STALL_CHECK_DISABLE") != 0) t.stall_check_seconds = 0;
   t.stall_shutdown_seconds = number("HORO_STALL_SHUTDOWN_TIME_SECONDS");
   t.log_level = log_level_from(lookup("HORO_LOG_LEVEL"));
   t.timeline_path = lookup("HORO_TIMELINE");
+  // Horovod's keyword, not a file name: the timeline starts later, from start_timeline().
+  if (t.timeline_path == "DYNAMIC") t.timeline_path.clear();
   t.timeline_mark_cycles = number("HORO_TIMELINE_MARK_CYCLES") != 0;
+  t.hierarchical_allreduce = number("HORO_HIERARCHICAL_ALLREDUCE") != 0;
+  t.hierarchical_allgather = number("HORO_HIERARCHICAL_ALLGATHER") != 0;
   if (t.fusion_threshold_bytes < 0) t.fusion_threshold_bytes = 0;
   if (t.cache_capacity < 0) t.cache_capacity = 0;
   if (t.cycle_time_ms < 0) t.cycle_time_ms = 0;

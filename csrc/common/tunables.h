@@ -33,6 +33,9 @@ struct Tunables {
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug
   std::string timeline_path;  // rank 0 writes a Chrome trace here ("": none)
   bool timeline_mark_cycles;
+  // Hierarchical (intra-host, then cross-host) algorithms; read here, used by the multi-host transport.
+  bool hierarchical_allreduce;
+  bool hierarchical_allgather;
   // How long waiting threads spin (yielding) before they sleep; set at init:
   // zero when this node runs more ranks than cores, where spinning steals
   // the core the awaited thread needs.

@@ -6,7 +6,9 @@ size_t dtype_size(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8:
     case DataType::kInt8:
+    case DataType::kBool:
       return 1;
+    case DataType::kInt16:
     case DataType::kFloat16:
     case DataType::kBFloat16:
       return 2;
@@ -30,6 +32,8 @@ const char* dtype_name(DataType dtype) {
     case DataType::kBFloat16: return "bfloat16";
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
+    case DataType::kInt16: return "int16";
+    case DataType::kBool: return "bool";
   }
   return "unknown";
 }
@@ -38,6 +42,8 @@ bool dtype_is_float(DataType dtype) {
   return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ||
          dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
 }
+
+bool dtype_reducible(DataType dtype) { return dtype != DataType::kBool; }
 
 bool dtype_valid(int code) { return code >= 0 && code < kNumDataTypes; }
 

@@ -18,8 +18,10 @@ enum class DataType : uint8_t {
   kBFloat16 = 5,
   kFloat32 = 6,
   kFloat64 = 7,
+  kInt16 = 8,
+  kBool = 9,  // moved (broadcast, allgather, alltoall, ...), never reduced
 };
-constexpr int kNumDataTypes = 8;
+constexpr int kNumDataTypes = 10;
 
 enum class ReduceOp : uint8_t {
   kAverage = 0,
@@ -49,6 +51,7 @@ constexpr int kNumCollectiveTypes = 12;
 size_t dtype_size(DataType dtype);
 const char* dtype_name(DataType dtype);
 bool dtype_is_float(DataType dtype);
+bool dtype_reducible(DataType dtype);
 bool dtype_valid(int code);
 
 const char* op_name(ReduceOp op);

@@ -306,12 +306,21 @@ Response Controller::match(const std::string& name, const TableEntry& entry) con
       return response;
     }
   }
+  if (type == CollectiveType::kReducescatter && first.shape.empty()) {
+    fail("a 0-d tensor cannot be scattered across ranks; give it a first dimension");
+    return response;
+  }
   if (type == CollectiveType::kAllgather || type == CollectiveType::kGather) {
     for (const Request& q : entry.by_rank) response.per_rank.push_back(q.shape[0]);
   }
   if (first.type == CollectiveType::kAlltoall) {
     for (int r = 0; r < n; ++r) {
       const Request& q = entry.by_rank[r];
+      if (q.splits.empty()) {  // no splits given, and the rows do not divide evenly (horo/alltoall.py)
+        fail("rank " + std::to_string(r) + "'s first dimension " + std::to_string(q.shape[0]) +
+             " does not divide by the " + std::to_string(n) + " ranks; pass splits= to send uneven parts");
+        return response;
+      }
       int64_t sum = 0;
       bool negative = false;
       for (int64_t s : q.splits) {

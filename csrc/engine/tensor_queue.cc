@@ -17,7 +17,7 @@ void TensorQueue::push(TensorEntry entry) {
     const std::string& name = entry.request.name;
     const std::string key = key_of(entry.request.process_set, name);
     if (in_flight_.count(key)) {
-      throw Error(std::string(collective_name(entry.request.type)) + " '" + name +
+      throw ArgumentError(std::string(collective_name(entry.request.type)) + " '" + name +
                   "': a tensor with this name is already in flight on this rank; synchronize it first "
                   "or give the new one another name");
     }

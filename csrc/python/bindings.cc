@@ -64,6 +64,13 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
   const std::string kind = collective_name(static_cast<CollectiveType>(type));
   if (!dtype_valid(dtype)) throw py::type_error(kind + " '" + name + "': unsupported dtype code");
   if (!op_valid(op)) throw py::value_error(kind + " '" + name + "': unsupported reduction op " + std::to_string(op));
+  const auto collective = static_cast<CollectiveType>(type);
+  const bool reduces = collective == CollectiveType::kAllreduce || collective == CollectiveType::kReducescatter ||
+                       collective == CollectiveType::kReduce;
+  if (reduces && !dtype_reducible(static_cast<DataType>(dtype))) {
+    throw ArgumentError(kind + " '" + name + "': " + dtype_name(static_cast<DataType>(dtype)) +
+                        " tensors cannot be reduced; cast to an integer or float dtype first");
+  }
   TensorEntry entry;
   entry.request.type = static_cast<CollectiveType>(type);
   entry.request.dtype = static_cast<DataType>(dtype);
@@ -89,7 +96,7 @@ py::object wait(int handle) {
     py::gil_scoped_release release;
     result = engine->wait(handle);
   }
-  if (!result.error.empty()) throw Error(result.error);
+  if (!result.error.empty()) throw CollectiveError(result.error);
   if (!result.allocated) return py::none();
   auto owner = new std::shared_ptr<AllocatedOutput>(result.allocated);
   py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<AllocatedOutput>*>(p); });
@@ -104,7 +111,27 @@ py::object wait(int handle) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horo's compiled core: MPI transport, background coordination, fusion, ring all-reduce";
-  py::register_exception<Error>(m, "HoroError", PyExc_RuntimeError);
+  // HoroError stays the one base every horo error shares; its two Horovod-shaped subclasses let
+  // Horovod programs catch what they catch there: ValueError for bad arguments, RuntimeError
+  // (HorovodInternalError) for failures found at synchronize.
+  // Never destroyed: a static py::object would be released after the interpreter has gone.
+  static py::handle horo_error = (new py::exception<Error>(m, "HoroError", PyExc_RuntimeError))->ptr();
+  static py::handle value_error(PyErr_NewException(
+      "horo.HoroValueError", py::make_tuple(horo_error, py::handle(PyExc_ValueError)).ptr(), nullptr));
+  static py::handle internal_error(PyErr_NewException("horo.HorovodInternalError", horo_error.ptr(), nullptr));
+  m.attr("HoroValueError") = value_error;
+  m.attr("HorovodInternalError") = internal_error;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ArgumentError& e) {
+      PyErr_SetString(value_error.ptr(), e.what());
+    } catch (const CollectiveError& e) {
+      PyErr_SetString(internal_error.ptr(), e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(horo_error.ptr(), e.what());
+    }
+  });
 
   m.def("init", &init, py::arg("comm_f2py") = -1,
         "Start horo on MPI_COMM_WORLD, or on the communicator with this Fortran handle (mpi4py's comm.py2f()).");

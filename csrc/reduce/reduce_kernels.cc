@@ -82,6 +82,8 @@ void reduce_typed(DataType dtype, void* out, const void* a, const void* b, size_
     case DataType::kInt8: return reduce_native<int8_t, Op, InPlace>(out, a, b, n);
     case DataType::kInt32: return reduce_native<int32_t, Op, InPlace>(out, a, b, n);
     case DataType::kInt64: return reduce_native<int64_t, Op, InPlace>(out, a, b, n);
+    case DataType::kInt16: return reduce_native<int16_t, Op, InPlace>(out, a, b, n);
+    case DataType::kBool: break;  // refused at enqueue (dtype_reducible)
     case DataType::kFloat32: return reduce_native<float, Op, InPlace>(out, a, b, n);
     case DataType::kFloat64: return reduce_native<double, Op, InPlace>(out, a, b, n);
     case DataType::kFloat16: return reduce_half<half_to_float, float_to_half, Op, InPlace>(out, a, b, n);
@@ -109,7 +111,8 @@ inline T scale_one(T x, double factor) {
   } else if constexpr (std::is_same_v<T, double>) {
     return x * factor;
   } else {
-    return static_cast<T>(std::nearbyint(static_cast<double>(x) * factor));
+    // Integers scale in float64 and are cast back (truncated toward zero), as Horovod does.
+    return static_cast<T>(static_cast<double>(x) * factor);
   }
 }
 
@@ -149,6 +152,8 @@ void copy_scaled(DataType dtype, void* dst, const void* src, size_t count, doubl
     case DataType::kInt8: return copy_scaled_native<int8_t>(dst, src, count, factor);
     case DataType::kInt32: return copy_scaled_native<int32_t>(dst, src, count, factor);
     case DataType::kInt64: return copy_scaled_native<int64_t>(dst, src, count, factor);
+    case DataType::kInt16: return copy_scaled_native<int16_t>(dst, src, count, factor);
+    case DataType::kBool: break;  // never reduced, so never scaled
     case DataType::kFloat32: return copy_scaled_native<float>(dst, src, count, factor);
     case DataType::kFloat64: return copy_scaled_native<double>(dst, src, count, factor);
     case DataType::kFloat16: return copy_scaled_half<half_to_float, float_to_half>(dst, src, count, factor);
@@ -187,6 +192,8 @@ void fill_identity(DataType dtype, ReduceOp op, void* buf, size_t count) {
     case DataType::kInt8: return fill_identity_typed<int8_t>(op, buf, count);
     case DataType::kInt32: return fill_identity_typed<int32_t>(op, buf, count);
     case DataType::kInt64: return fill_identity_typed<int64_t>(op, buf, count);
+    case DataType::kInt16: return fill_identity_typed<int16_t>(op, buf, count);
+    case DataType::kBool: return fill_identity_typed<uint8_t>(op, buf, count);
     case DataType::kFloat32: return fill_identity_typed<float>(op, buf, count);
     case DataType::kFloat64: return fill_identity_typed<double>(op, buf, count);
     case DataType::kFloat16: return fill_identity_half<float_to_half>(op, buf, count);

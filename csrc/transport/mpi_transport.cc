@@ -31,10 +31,12 @@ MPI_Datatype mpi_dtype(DataType dtype, bool* ok) {
     case DataType::kInt8: return MPI_INT8_T;
     case DataType::kInt32: return MPI_INT32_T;
     case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kInt16: return MPI_INT16_T;
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
     case DataType::kFloat16:
     case DataType::kBFloat16: break;  // MPI has no 16-bit float reductions
+    case DataType::kBool: break;      // never reduced
   }
   *ok = false;
   return MPI_DATATYPE_NULL;

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from horo.enqueue import tensor_name
 
-SUPPORTED = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64)
+SUPPORTED = (tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.bool)
 _SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED)
 
 

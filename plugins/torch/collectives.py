@@ -12,6 +12,7 @@ with its name and leaves nothing in flight.
 import torch
 
 from horo import ops, process_sets
+from horo.alltoall import split_counts
 from horo.enqueue import returning
 from horo.process_sets import global_process_set
 from horo.torch import autograd
@@ -196,12 +197,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if t.dim() == 0:
         t = t.reshape(1)
     n = process_sets.resolve(process_set, name)[2]
+    # Checked by the coordinator, so a bad split fails every rank, not just this one.
     if splits is None:
+        # Even parts, as Horovod; rows that do not divide go as no splits, which the coordinator refuses.
         rows = t.shape[0]
-        send = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+        send = [rows // n] * n if rows % n == 0 else []
     else:
-        # Checked by the coordinator, so a bad split fails every rank, not just this one.
-        send = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        send = split_counts(splits, name)
     dtype = t.dtype
 
     def finish(result):
@@ -225,11 +227,12 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 def _reducescatter_checked(t, name, op, process_set, prescale_factor, postscale_factor):
-    if t.dim() == 0:
-        t = t.reshape(1)
     _, me, n = process_sets.resolve(process_set, name)
-    rows = t.shape[0] // n + (1 if me < t.shape[0] % n else 0)
-    output = torch.empty((rows, *t.shape[1:]), dtype=t.dtype)
+    if t.dim() == 0:
+        output = torch.empty((0,), dtype=t.dtype)  # never written: the coordinator refuses 0-d on every rank
+    else:
+        rows = t.shape[0] // n + (1 if me < t.shape[0] % n else 0)
+        output = torch.empty((rows, *t.shape[1:]), dtype=t.dtype)
     return enqueue("reducescatter", name, t, output, returning(output), op, prescale_factor, postscale_factor,
                    process_set=process_set)
 

@@ -6,7 +6,7 @@ torch wraps without a copy.
 
 Rules, checked before anything is enqueued (so a bad tensor fails on the rank that
 passed it, with its name, and nothing is left half-submitted):
-- dtypes: uint8, int8, int32, int64, float16, bfloat16, float32, float64;
+- dtypes: uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool (not reduced);
 - CPU memory only (GPU tensors need horo's GPU path, which is not built yet);
 - a non-contiguous input is copied to a contiguous one for out-of-place
   collectives; in-place collectives refuse it (a copy would not be in place).
@@ -24,8 +24,10 @@ CODES = {
     torch.bfloat16: 5,
     torch.float32: 6,
     torch.float64: 7,
+    torch.int16: 8,
+    torch.bool: 9,  # moved, never reduced (the core refuses reductions of bool)
 }
-_SUPPORTED = "uint8, int8, int32, int64, float16, bfloat16, float32, float64"
+_SUPPORTED = "uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool"
 _POOL_BYTES = 1 << 20  # outputs this large come from the core's buffer pool (already mapped)
 
 

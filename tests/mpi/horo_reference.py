@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-INT_DTYPES = ["uint8", "int8", "int32", "int64"]
+INT_DTYPES = ["uint8", "int8", "int16", "int32", "int64"]
 FLOAT_DTYPES = ["float16", "bfloat16", "float32", "float64"]
 DTYPES = INT_DTYPES + FLOAT_DTYPES
 OPS = ["Sum", "Average", "Min", "Max", "Product"]
@@ -126,7 +126,8 @@ def scale(x, factor):
         return x.copy()
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         if is_int(dt):
-            y = np.rint(x.astype(np.float64) * factor).astype(dt)
+            # Horovod's rule: scale in float64, cast back (truncating toward zero).
+            y = np.trunc(x.astype(np.float64) * factor).astype(dt)
         elif is_half(dt):
             y = (x.astype(np.float32) * np.float32(factor)).astype(dt)
         elif dt == np.float32:

@@ -115,7 +115,7 @@ def _scale_cases(dtype):
         # (op, prescale, postscale); integer Average with a postscale is left out
         # because the spec does not say whether 1/size and postscale round once or twice.
         return [
-            ("Sum", 0.5, 1.0),  # rint per rank: ties to even (1.5 -> 2, 2.5 -> 2)
+            ("Sum", 0.5, 1.0),  # per rank in float64, truncated (1.5 -> 1, -2.5 -> -2), as Horovod
             ("Sum", 1.5, 1.0),
             ("Sum", 1.0, 0.5),
             ("Sum", 1.5, 2.0),
