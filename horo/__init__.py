@@ -35,6 +35,7 @@ from horo.basics import (
     cross_rank,
     cross_size,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -44,6 +45,17 @@ from horo.basics import (
     size,
     tunables,
 )
+from horo.build_info import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+)
 from horo.handles import poll, synchronize
 from horo.timeline import start_timeline, stop_timeline
 from horo.ops import Adasum, Average, Max, Min, Product, Sum
@@ -52,7 +64,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "HoroError", "HoroValueError", "HorovodInternalError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
-    "cross_size", "cross_rank", "mpi_threads_supported", "tunables",
+    "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "tunables",
+    "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+    "rocm_built",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",

@@ -17,6 +17,10 @@ def init(comm=None, process_sets=None):
         if not hasattr(comm, "py2f"):
             raise TypeError(f"horo.init(comm=...) takes an mpi4py communicator, not {type(comm).__name__}")
         _core.init(comm.py2f())
+    if _core.rank() == 0:  # once per job, not once per rank
+        from horo.environment import warn_about_unknown_names
+
+        warn_about_unknown_names(_core.tunables())
     if process_sets:
         from horo.process_sets import add_process_set
 
@@ -55,6 +59,15 @@ def cross_size():
 
 def cross_rank():
     return _core.cross_rank()
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks (Horovod's name).
+
+    Ranks with the same local rank form one cross communicator, so hosts of equal size give
+    local_size * cross_size == size on every rank, and hosts of different sizes do not.
+    """
+    return local_size() * cross_size() == size()
 
 
 def mpi_threads_supported():

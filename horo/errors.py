@@ -9,3 +9,12 @@ from horo._native import _core
 HoroError = _core.HoroError
 HoroValueError = _core.HoroValueError
 HorovodInternalError = _core.HorovodInternalError
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod's elastic-mode signal that hosts changed. horo has no elastic mode, so it never
+    raises this; it exists so `except hvd.HostsUpdatedInterrupt:` clauses still import."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("hosts updated")
+        self.skip_sync = skip_sync

@@ -6,9 +6,10 @@ import numpy as np
 from horo.allgather import allgather
 from horo.broadcast import broadcast_
 from horo import basics
+from horo.process_sets import global_process_set
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns root_rank's `obj` on every rank."""
     name = name or "broadcast_object"
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if basics.rank() == root_rank else None
@@ -19,7 +20,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     return obj if basics.rank() == root_rank else pickle.loads(buffer.tobytes())
 
 
-def allgather_object(obj, name=None, process_set=None):
+def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj`, in rank order."""
     name = name or "allgather_object"
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)

@@ -78,6 +78,14 @@ def resolve(process_set, tensor_name):
     return ps.process_set_id, ps.rank(), ps.size()
 
 
+_added = {}  # process_set_id -> ProcessSet, for lookups by id (Horovod's *_op(process_set_id=...))
+
+
+def by_id(process_set_id):
+    """The process set with this id (0: the global one), or None."""
+    return global_process_set if process_set_id == 0 else _added.get(process_set_id)
+
+
 def add_process_set(process_set):
     """Registers a set (a ProcessSet or a list of ranks) on every rank; collective over all ranks."""
     from horo.enqueue import enqueue
@@ -89,6 +97,7 @@ def add_process_set(process_set):
     name = f"process_set.add.{next(_adds)}"
     handle = enqueue("add_process_set", name, _TOKEN, _TOKEN, lambda result: result[3], splits=ps.ranks)
     ps.process_set_id = synchronize(handle)
+    _added[ps.process_set_id] = ps
     return ps
 
 
@@ -102,4 +111,5 @@ def remove_process_set(process_set):
     name = f"process_set.remove.{process_set.process_set_id}"
     synchronize(enqueue("remove_process_set", name, _TOKEN, _TOKEN, lambda result: None,
                         root=process_set.process_set_id))
+    _added.pop(process_set.process_set_id, None)
     process_set.process_set_id = None

@@ -140,10 +140,10 @@ bool mpi_reduction(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mop)
   *type = mpi_dtype(dtype, &dtype_ok);
   *mop = mpi_op(op, &op_ok);
   if (!dtype_ok || !op_ok) return false;
-  // Open MPI 5's vectorised op component saturates 8-bit MPI_SUM/MPI_PROD
+  // Open MPI 5's vectorised op component saturates 8- and 16-bit MPI_SUM/MPI_PROD
   // instead of wrapping (255 + 4 gives 255); our own kernels wrap like NumPy.
-  const bool eight_bit = dtype == DataType::kUInt8 || dtype == DataType::kInt8;
-  return !(eight_bit && (*mop == MPI_SUM || *mop == MPI_PROD));
+  const bool narrow = dtype == DataType::kUInt8 || dtype == DataType::kInt8 || dtype == DataType::kInt16;
+  return !(narrow && (*mop == MPI_SUM || *mop == MPI_PROD));
 }
 
 // MPI's vector collectives take int counts and displacements.

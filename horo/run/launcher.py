@@ -48,8 +48,13 @@ def make_parser(core_rows):
                         help="extra arguments passed to mpirun as they are (one string, shell-split)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the command, then run it")
+    parser.add_argument("--mpi", action="store_true", help="accepted for horovodrun compatibility (MPI is the "
+                        "only controller)")
     parser.add_argument("--check-build", action="store_true",
                         help="show the frameworks, transports and collectives available, and exit")
+    parser.add_argument("--start-timeout", type=float, metavar="SECONDS",
+                        help="accepted for horovodrun compatibility and not applied: mpirun starts the ranks "
+                        "itself and reports ranks that fail to start")
     tunable_flags.add_tunable_flags(parser, core_rows)
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS ...]",
                         help="what every rank runs, e.g. python train.py")

@@ -27,6 +27,7 @@ class TunableFlag:
     choices: tuple = None
     unit_note: str = ""  # when the flag's unit differs from the variable's
     switch: bool = False  # takes no value: given means on
+    aliases: tuple = ()  # horovodrun's spelling, where it differs
 
     @property
     def dest(self):
@@ -40,16 +41,27 @@ TUNABLE_FLAGS = (
                 "ms between coordination cycles"),
     TunableFlag("--cache-capacity", "HORO_CACHE_CAPACITY", "N", int, str,
                 "responses cached to skip negotiation; 0 disables the cache"),
+    TunableFlag("--disable-cache", "HORO_CACHE_CAPACITY", None, None, lambda value: "0",
+                "no response cache (as --cache-capacity 0)", switch=True),
     TunableFlag("--timeline-filename", "HORO_TIMELINE", "FILE", str, str,
                 "write a Chrome trace (Perfetto) of every tensor's phases to FILE"),
     TunableFlag("--timeline-mark-cycles", "HORO_TIMELINE_MARK_CYCLES", None, None, lambda value: "1",
                 "mark background cycles in the timeline", switch=True),
     TunableFlag("--stall-check-time", "HORO_STALL_CHECK_TIME_SECONDS", "SECONDS", float, _number_text,
-                "warn about tensors not submitted by every rank after this long; 0 disables"),
+                "warn about tensors not submitted by every rank after this long; 0 disables",
+                aliases=("--stall-check-warning-time-seconds",)),
+    TunableFlag("--no-stall-check", "HORO_STALL_CHECK_DISABLE", None, None, lambda value: "1",
+                "no stall warnings", switch=True),
     TunableFlag("--stall-shutdown-time", "HORO_STALL_SHUTDOWN_TIME_SECONDS", "SECONDS", float, _number_text,
-                "fail stalled tensors after this long; 0 waits forever"),
+                "fail stalled tensors after this long; 0 waits forever",
+                aliases=("--stall-check-shutdown-time-seconds",)),
+    TunableFlag("--hierarchical-allreduce", "HORO_HIERARCHICAL_ALLREDUCE", None, None, lambda value: "1",
+                "all-reduce within hosts, then across them", switch=True),
+    TunableFlag("--hierarchical-allgather", "HORO_HIERARCHICAL_ALLGATHER", None, None, lambda value: "1",
+                "all-gather within hosts, then across them", switch=True),
     TunableFlag("--log-level", "HORO_LOG_LEVEL", "LEVEL", str.lower, str,
-                "core log level", choices=("error", "warning", "info", "debug")),
+                "core log level (horovodrun's TRACE and FATAL too)",
+                choices=("trace", "debug", "info", "warning", "error", "fatal")),
     TunableFlag("--allreduce-algo", "HORO_ALLREDUCE_ALGO", "ALGO", str.lower, str,
                 "all-reduce algorithm", choices=("ring", "mpi", "auto")),
 )
@@ -80,11 +92,11 @@ def add_tunable_flags(parser, core_rows):
     group = parser.add_argument_group("tunables (each sets an environment variable on every rank)")
     for flag in TUNABLE_FLAGS:
         if flag.switch:
-            group.add_argument(flag.flag, dest=flag.dest, action="store_const", const=True, default=None,
-                               help=help_text(flag, core_rows))
+            group.add_argument(flag.flag, *flag.aliases, dest=flag.dest, action="store_const", const=True,
+                               default=None, help=help_text(flag, core_rows))
             continue
         metavar = "{" + ",".join(flag.choices) + "}" if flag.choices else flag.metavar
-        group.add_argument(flag.flag, dest=flag.dest, metavar=metavar, type=flag.type,
+        group.add_argument(flag.flag, *flag.aliases, dest=flag.dest, metavar=metavar, type=flag.type,
                            choices=flag.choices, default=None, help=help_text(flag, core_rows))
 
 

@@ -13,7 +13,8 @@
 Pure Python (no TensorFlow headers compiled): the collectives run eagerly, or as
 tf.numpy_function ops inside tf.function, with gradients registered.
 """
-from horo._native import HoroError
+from horo.errors import HoroError, HorovodInternalError, HoroValueError, HostsUpdatedInterrupt
+from horo.timeline import start_timeline, stop_timeline
 from horo.ops import Adasum, Average, Max, Min, Product, Sum
 from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
@@ -53,13 +54,25 @@ from horo.tensorflow.collectives import (
     broadcast,
     grouped_allgather,
     grouped_allreduce,
-    grouped_reducescatter,
     join,
     reducescatter,
 )
 from horo.tensorflow.compression import Compression
 from horo.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
 from horo.tensorflow.gradient_tape import DistributedGradientTape
+from horo.tensorflow.horovod_names import (
+    BroadcastGlobalVariablesHook,
+    DistributedOptimizer,
+    LocalGradientAggregationHelper,
+    PartialDistributedGradientTape,
+    SyncBatchNormalization,
+    broadcast_,
+    broadcast_global_variables,
+    broadcast_object_fn,
+    elastic,
+    grouped_reducescatter,
+    process_set_included_op,
+)
 
 __all__ = [
     "HoroError", "Average", "Sum", "Adasum", "Min", "Max", "Product",
@@ -72,4 +85,8 @@ __all__ = [
     "reducescatter", "grouped_reducescatter", "join", "barrier",
     "broadcast_variables", "broadcast_object", "allgather_object",
     "Compression", "DistributedGradientTape",
+    "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt", "start_timeline", "stop_timeline",
+    "BroadcastGlobalVariablesHook", "DistributedOptimizer", "LocalGradientAggregationHelper",
+    "PartialDistributedGradientTape", "SyncBatchNormalization", "broadcast_", "broadcast_global_variables",
+    "broadcast_object_fn", "elastic", "process_set_included_op",
 ]

@@ -13,13 +13,13 @@
         opt.step()
 
 Pure Python over horo's core (no torch headers compiled): CPU tensors of dtype
-uint8, int8, int32, int64, float16, bfloat16, float32, float64.
+uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64 (bool: not reduced).
 """
-from horo._native import HoroError
 from horo.basics import (
     cross_rank,
     cross_size,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -28,6 +28,9 @@ from horo.basics import (
     shutdown,
     size,
 )
+from horo.errors import HoroError, HorovodInternalError, HoroValueError, HostsUpdatedInterrupt
+from horo.not_implemented import elastic_module
+from horo.timeline import start_timeline, stop_timeline
 from horo.barrier import barrier as _barrier
 from horo.join import join as _join
 from horo.ops import Adasum, Average, Max, Min, Product, Sum
@@ -66,6 +69,7 @@ from horo.torch.collectives import (
     grouped_reducescatter_async,
     reducescatter,
     reducescatter_async,
+    sparse_allreduce_async,
 )
 from horo.torch.compression import Compression
 from horo.torch.functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
@@ -85,8 +89,11 @@ def join(device=-1):
     return _join()
 
 
+elastic = elastic_module("horo.torch", ("TorchState", "ElasticSampler", "State", "ObjectState"))
+
 __all__ = [
-    "HoroError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+    "HoroError", "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt", "elastic",
+    "start_timeline", "stop_timeline", "is_homogeneous", "sparse_allreduce_async", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
     "cross_rank", "mpi_threads_supported", "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built",
     "ddl_built", "ccl_built", "cuda_built", "rocm_built",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",

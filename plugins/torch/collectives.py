@@ -14,11 +14,12 @@ import torch
 from horo import ops, process_sets
 from horo.alltoall import split_counts
 from horo.enqueue import returning
+from horo.errors import HoroValueError
 from horo.process_sets import global_process_set
 from horo.torch import autograd
 from horo.torch.compression import Compression
 from horo.torch.enqueue import enqueue, tensor_name
-from horo.torch.handles import GroupHandle, synchronize
+from horo.torch.handles import GroupHandle, SparseAllreduceHandle, synchronize
 from horo.torch.tensors import checked, empty_like, from_core
 
 
@@ -188,6 +189,24 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 # --- alltoall -----------------------------------------------------------------------------------
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts the allreduce of a torch.sparse tensor, as Horovod does it: every rank's indices and
+    values are allgathered; synchronize() returns the sparse sum (divided by the set size for
+    Average), with rows that several ranks hold summed when coalesced."""
+    op = ops.resolve(op, None, name)
+    if op not in (ops.Sum, ops.Average):
+        raise HoroValueError(f"'{name}': sparse allreduce supports Sum and Average, not op {op}")
+    if not tensor.is_sparse:
+        raise HoroValueError(f"'{name}': sparse_allreduce_async takes a torch.sparse tensor; use allreduce_async")
+    sparse = tensor.coalesce()
+    handles = []
+    for part, t in (("indices", sparse.indices().t().contiguous()), ("values", sparse.values().contiguous())):
+        part_name = f"{name}.{part}"
+        handles.append(_allgather_checked(checked(t, part_name), part_name, process_set))
+    divisor = process_sets.resolve(process_set, name)[2] if op == ops.Average else 1
+    return SparseAllreduceHandle(handles[0], handles[1], sparse.shape, divisor)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):

@@ -19,8 +19,28 @@ class GroupHandle:
         return f"GroupHandle({self.handles})"
 
 
+class SparseAllreduceHandle:
+    """sparse_allreduce_async's handle: the allgathers of every rank's indices and values."""
+
+    __slots__ = ("indices", "values", "shape", "divisor")
+
+    def __init__(self, indices, values, shape, divisor):
+        self.indices, self.values, self.shape, self.divisor = indices, values, shape, divisor
+
+    def finish(self):
+        import torch
+
+        indices, values = _handles.synchronize_all([self.indices, self.values])
+        if self.divisor != 1:
+            values = values / self.divisor
+        # Rows several ranks touched appear once per rank: the sparse tensor sums them when coalesced.
+        return torch.sparse_coo_tensor(indices.t(), values, self.shape)
+
+
 def poll(handle):
     """True once the collective behind `handle` has finished (successfully or not)."""
+    if isinstance(handle, SparseAllreduceHandle):
+        return _handles.poll(handle.indices) and _handles.poll(handle.values)
     if isinstance(handle, GroupHandle):
         return all(_handles.poll(h) for h in handle.handles)
     return _handles.poll(handle)
@@ -28,6 +48,8 @@ def poll(handle):
 
 def synchronize(handle):
     """Waits for `handle` and returns its output (a list for a grouped handle); raises HoroError if it failed."""
+    if isinstance(handle, SparseAllreduceHandle):
+        return handle.finish()
     if isinstance(handle, GroupHandle):
         return _handles.synchronize_all(handle.handles)
     return _handles.synchronize(handle)

@@ -51,9 +51,20 @@ class _DistributedOptimizer:
         self._postscale = gradient_predivide_factor
         self._groups = groups  # accepted for compatibility: the core fuses every gradient that is ready anyway
         self.backward_passes_per_step = backward_passes_per_step
-        self._names = _parameter_names(self.param_groups, named_parameters, next(_instances))
+        named_parameters = None if named_parameters is None else list(named_parameters)
+        self._names = _allreduce_names(self.param_groups, named_parameters, next(_instances))
+        # Horovod's attributes, which existing code reads: param -> its name ('allreduce.noname.<i>'
+        # when unnamed), the pending-passes counters, and the settings.
+        params = [p for group in self.param_groups for p in group["params"]]
+        self._parameter_names = ({p: n for n, p in named_parameters} if named_parameters is not None
+                                 else {p: f"allreduce.noname.{i}" for i, p in enumerate(params)})
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = self._process_set
         self._requires_update = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self._delay = {p: backward_passes_per_step for p in self._requires_update}
+        self._allreduce_delay = self._delay  # Horovod's name for the same counters
         self._handles = {}  # param -> (handle(s) or None while accumulating, buffer, compression ctx)
         self._synchronized = False
         self._should_synchronize = True
@@ -167,7 +178,7 @@ class _DistributedOptimizer:
         return super().zero_grad(set_to_none)
 
 
-def _parameter_names(param_groups, named_parameters, instance):
+def _allreduce_names(param_groups, named_parameters, instance):
     prefix = "DistributedOptimizer.Allreduce." if instance == 0 else f"DistributedOptimizer{instance}.Allreduce."
     params = [p for group in param_groups for p in group["params"]]
     if named_parameters is None:

@@ -31,18 +31,18 @@ from horo.tensorflow import (
     Average,
     Compression,
     HoroError,
+    HorovodInternalError,
+    HoroValueError,
+    HostsUpdatedInterrupt,
     Max,
     Min,
     Product,
     ProcessSet,
     Sum,
     add_process_set,
-    allgather,
     allgather_object,
-    allreduce,
     alltoall,
     barrier,
-    broadcast,
     broadcast_object,
     broadcast_variables,
     cross_rank,
@@ -52,12 +52,13 @@ from horo.tensorflow import (
     grouped_allreduce,
     init,
     is_initialized,
+    start_timeline,
+    stop_timeline,
     join,
     local_rank,
     local_size,
     mpi_threads_supported,
     rank,
-    reducescatter,
     remove_process_set,
     shutdown,
     size,
@@ -70,6 +71,15 @@ from horo.tensorflow.keras.callbacks import (
     MetricAverageCallback,
 )
 from horo.tensorflow.keras.optimizer import DistributedOptimizer
+from horo.tensorflow.keras.horovod_names import (
+    PartialDistributedOptimizer,
+    allgather,
+    allreduce,
+    broadcast,
+    broadcast_global_variables,
+    elastic,
+    reducescatter,
+)
 from horo.tensorflow.keras.saving import load_model
 
 __all__ = [
@@ -81,5 +91,6 @@ __all__ = [
     "join", "barrier", "broadcast_variables", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "load_model", "callbacks",
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback",
-    "LearningRateScheduleCallback",
+    "LearningRateScheduleCallback", "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt",
+    "start_timeline", "stop_timeline", "PartialDistributedOptimizer", "broadcast_global_variables", "elastic",
 ]

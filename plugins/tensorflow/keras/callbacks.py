@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 import horo.tensorflow as htf
+from horo.not_implemented import not_implemented
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -180,3 +181,8 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0:
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {self._learning_rate():g}.")
+
+
+BestModelCheckpoint = not_implemented(
+    "horo.tensorflow.keras.callbacks.BestModelCheckpoint",
+    "use keras.callbacks.ModelCheckpoint(path, save_best_only=True) on rank 0 only")

@@ -182,16 +182,19 @@ def make_distributed(optimizer, name=None, compression=None, sparse_as_dense=Fal
     return optimizer
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=None,
-                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=None, backward_passes_per_step=1,
-                         average_aggregated_gradients=False, groups=None, process_set=None):
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=htf.Compression.none,
+                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=htf.Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=htf.global_process_set, scale_local_gradients=True):
     """A copy of the Keras 3 `optimizer` (same class, same config) whose gradients are allreduced
     across ranks before every update.
 
     Arguments follow Horovod's. `op` defaults to Average; `compression` to Compression.none;
     `backward_passes_per_step=k` accumulates k passes locally (Keras's gradient_accumulation_steps),
     then allreduces once and applies their sum, or their mean with `average_aggregated_gradients=True`;
-    `groups` (an int, or lists of variables) splits the one grouped allreduce into several;
+    `groups` (an int, or lists of variables; `num_groups` is Horovod's older name for an int) splits the
+    one grouped allreduce into several; `scale_local_gradients` only matters for Horovod's
+    PartialDistributedOptimizer, which horo does not have;
     `sparse_as_dense` densifies IndexedSlices gradients, which are otherwise allgathered;
     `device_dense`/`device_sparse` are accepted for compatibility (horo reduces in host memory).
     """
@@ -202,5 +205,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     config = optimizer.get_config()
     config["gradient_accumulation_steps"] = _accumulation_steps(optimizer, backward_passes_per_step)
     fresh = type(optimizer).from_config(config)
+    if groups is None and num_groups:
+        groups = num_groups
     return make_distributed(fresh, name, compression, sparse_as_dense, gradient_predivide_factor, op,
                             backward_passes_per_step, average_aggregated_gradients, groups, process_set)

@@ -6,10 +6,12 @@ horo's settings (compression, op, ...) are not in the file: pass them to load_mo
 """
 import keras
 
+import horo.tensorflow as htf
 from horo.tensorflow.keras.optimizer import is_distributed, make_distributed
 
 
-def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=None, **distributed_kwargs):
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=htf.Compression.none,
+               **distributed_kwargs):
     """`keras.models.load_model(filepath)`, its optimizer (with its restored state: slots,
     iterations, accumulators) turned into a DistributedOptimizer.
 
