@@ -2,7 +2,9 @@
 
     mpirun -np 2 python examples/pytorch_synthetic_benchmark.py [--model mlp] [--fp16-allreduce]
 
-Prints images/sec per rank and in total (mean +- 1.96 std over --num-iters timed iterations).
+Prints images/sec per rank and in total (mean +- 1.96 std over --num-iters timed iterations),
+then the same loop in one process without communication (rank 0 alone, same threads, while the
+others wait), so the scaling efficiency is visible: total / (ranks x one process).
 The default model is a 4-layer MLP (3072-2560-2560-2560-10, 21.0 M parameters) on 3072-float
 inputs; with torchvision installed, --model takes any torchvision.models name (resnet50, ...)
 on 3x224x224 images. For horo vs torch DDP in one run, see benchmarks/pytorch_ddp_throughput.py.
@@ -28,6 +30,7 @@ def parse_args():
     p.add_argument("--num-batches-per-iter", type=int, default=5, help="batches per timed iteration")
     p.add_argument("--num-iters", type=int, default=5, help="timed iterations")
     p.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to float16 for the allreduce")
+    p.add_argument("--no-single", action="store_true", help="skip the one-process comparison")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per rank (default: the cores divided among this node's ranks)")
     return p.parse_args()
@@ -68,10 +71,15 @@ def main():
     data = torch.randn(args.batch_size, *input_shape)
     target = torch.randint(0, classes, (args.batch_size,))
 
-    def benchmark_step():
-        optimizer.zero_grad()
-        F.cross_entropy(model(data), target).backward()
-        optimizer.step()
+    def step_of(model, optimizer):
+        def benchmark_step():
+            optimizer.zero_grad()
+            F.cross_entropy(model(data), target).backward()
+            optimizer.step()
+
+        return benchmark_step
+
+    benchmark_step = step_of(model, optimizer)
 
     params = sum(p.numel() for p in model.parameters())
     log(f"Model: {args.model} ({params / 1e6:.1f} M parameters)")
@@ -92,6 +100,24 @@ def main():
     mean, conf = np.mean(img_secs), 1.96 * np.std(img_secs)
     log(f"Img/sec per rank: {mean:.1f} +-{conf:.1f}")
     log(f"Total img/sec on {hvd.size()} rank(s): {hvd.size() * mean:.1f} +-{hvd.size() * conf:.1f}")
+    if not args.no_single:
+        single_process_comparison(args, build_model, step_of, hvd.size() * mean)
+
+
+def single_process_comparison(args, build_model, step_of, total):
+    """Rank 0 runs the same loop with a plain optimizer while the other ranks wait at a barrier."""
+    if hvd.rank() == 0:
+        torch.manual_seed(42)
+        model = build_model(args.model)[0]
+        step = step_of(model, torch.optim.SGD(model.parameters(), lr=0.01))
+        timeit.timeit(step, number=args.num_warmup_batches)
+        rates = [args.batch_size * args.num_batches_per_iter / timeit.timeit(step, number=args.num_batches_per_iter)
+                 for _ in range(args.num_iters)]
+        single = float(np.median(rates))
+        log(f"Img/sec with 1 process (same loop, no communication): {single:.1f}")
+        log(f"Scaling efficiency on {hvd.size()} rank(s): {100.0 * total / (hvd.size() * single):.0f}% "
+            f"({total:.1f} / ({hvd.size()} x {single:.1f}))")
+    hvd.barrier()
 
 
 if __name__ == "__main__":
