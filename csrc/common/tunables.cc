@@ -78,14 +78,16 @@ std::string algorithm(const char* env) {
   return value;
 }
 
-int log_level_from(std::string text) {
+int log_level_from(const std::string& given) {
   // Horovod's levels in any case (trace, debug, info, warning, error, fatal) or a number.
+  std::string text = given;
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (text == "error" || text == "fatal" || text == "0") return 0;
   if (text == "warning" || text == "warn" || text == "1") return 1;
   if (text == "info" || text == "2") return 2;
   if (text == "debug" || text == "trace" || text == "3") return 3;
-  throw Error("HORO_LOG_LEVEL='" + text + "' must be error, warning, info or debug (or Horovod's trace, fatal)");
+  throw Error("HORO_LOG_LEVEL (or HOROVOD_LOG_LEVEL)='" + given +
+              "' must be error, warning, info or debug (or Horovod's trace, fatal)");
 }
 
 }  // namespace
