@@ -392,8 +392,8 @@ def test_indexed_slices_gradients_of_an_embedding(hvd, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_unsupported_dtypes_raise_type_error_naming_the_tensor(hvd, comm, mode):
-    values = [tf.constant(["a", "b"]), tf.constant([True, False]), tf.constant([1 + 2j], tf.complex64),
-              tf.constant([1], tf.uint16)]
+    # (bool and int16 are supported: moved by every collective; bool is never reduced)
+    values = [tf.constant(["a", "b"]), tf.constant([1 + 2j], tf.complex64), tf.constant([1], tf.uint16)]
     for value in values if mode == "eager" else values[::2]:  # each traced case costs a trace
         for label, call in {
             "allreduce": lambda v: hvd.allreduce(v, name="tf.bad.dtype"),
