@@ -18,7 +18,7 @@ def _rows(events):
 
 
 def _is_activity(name):
-    return name.startswith(("MEMCPY_", "MPI_", "RING_"))
+    return name.startswith(("MEMCPY_", "MPI_", "SHM_", "RING_"))
 
 
 def _top_level(evs):
@@ -46,11 +46,11 @@ def test_timeline_phases_in_order_and_runtime_start_stop(ranks, tmp_path):
     for evs in rows.values():  # each collective holds its algorithm, and the fusion buffer copies when fused
         for span in (e for e in evs if e["name"] in ("ALLREDUCE", "BROADCAST", "ALLGATHER")):
             inside = _inside(span, evs)
-            assert len([a for a in inside if a.startswith(("MPI_", "RING_"))]) == 1, inside
+            assert len([a for a in inside if a.startswith(("MPI_", "SHM_", "RING_"))]) == 1, inside
             if span["args"]["tensors"] > 1:
                 assert {"MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} <= set(inside), inside
     assert _top_level(rows["weights.bcast"]) == ["QUEUE", "NEGOTIATE_BROADCAST", "BROADCAST"]
-    assert "MPI_BCAST" in {e["name"] for e in rows["weights.bcast"]}
+    assert {"MPI_BCAST", "SHM_BCAST"} & {e["name"] for e in rows["weights.bcast"]}  # one host: shared memory
     assert _top_level(rows["rows.gather"]) == ["QUEUE", "NEGOTIATE_ALLGATHER", "ALLGATHER"]
     assert _top_level(rows["straggler"]) == ["QUEUE", "NEGOTIATE_ALLREDUCE", "WAIT_FOR_OTHER_RANKS", "ALLREDUCE"]
     wait = next(e for e in rows["straggler"] if e["name"] == "WAIT_FOR_OTHER_RANKS")

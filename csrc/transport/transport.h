@@ -19,6 +19,11 @@ class Transport {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Its own collectives beat the ring over its point-to-point at every size
+  // (shared memory), so "auto" algorithms use them.
+  virtual bool prefers_native() const { return false; }
+  // Prefix of the timeline's names for its native collectives (MPI_ALLREDUCE, SHM_ALLREDUCE).
+  virtual const char* name() const { return "MPI"; }
 
   // Data plane: non-blocking point-to-point. Messages between one pair of
   // ranks arrive in the order they were posted. Each call returns a slot
