@@ -55,6 +55,28 @@ void ShmTransport::step() {
   wait_until(segment_.bell(), everyone_here, spin_, std::chrono::milliseconds(100), [this] { fail_if_a_peer_died(); });
 }
 
+bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) {
+  auto ready = [&] {
+    if (local_work()) return true;
+    for (int p = 0; p < size_; ++p) {
+      if (segment_.state(p).seq.load(std::memory_order_seq_cst) > seq_) return true;
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Doorbell& bell = segment_.bell();
+  while (!ready()) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    // Same protocol as wait_until: register, re-test, sleep on the epoch read before the test.
+    bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t epoch = bell.epoch.load(std::memory_order_seq_cst);
+    if (!ready()) futex_wait_shared(&bell.epoch, epoch, left);
+    bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  return true;
+}
+
 void ShmTransport::fail_if_a_peer_died() {
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || segment_.state(p).seq.load() >= seq_) continue;

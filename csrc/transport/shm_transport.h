@@ -50,6 +50,8 @@ class ShmTransport : public Transport {
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
   void broadcast_bytes(std::string& data, int root) override;
+  bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) override;
+  void wake_local() override { ring(segment_.bell()); }
 
  private:
   // Rounds alternate between the two halves of every slot: a rank may fill

@@ -52,6 +52,8 @@ TUNABLE_FLAGS = (
                 "core log level", choices=("error", "warning", "info", "debug")),
     TunableFlag("--allreduce-algo", "HORO_ALLREDUCE_ALGO", "ALGO", str.lower, str,
                 "all-reduce algorithm", choices=("ring", "mpi", "auto")),
+    TunableFlag("--transport", "HORO_TRANSPORT", "KIND", str.lower, str,
+                "shared memory between ranks on one host, or MPI", choices=("auto", "shm", "mpi")),
 )
 
 
