@@ -1,6 +1,6 @@
 """allreduce across real MPI ranks (np = 1..4): every op x dtype x in-place/out-of-place
 against NumPy, prescale/postscale, grouped allreduce, 0-sized and odd-sized tensors;
-and fusion on/off, ring vs mpi algorithm all giving the same results.
+and fusion on/off, ring vs mpi algorithm, shared-memory vs MPI transport all giving the same results.
 
 Each parameter launches `mpirun -np N ... pytest tests/mpi/ranks_allreduce.py`.
 """
@@ -12,7 +12,8 @@ VARIANTS = {
     "default": {},
     "fusion_off": {"HORO_FUSION_THRESHOLD": "0"},
     "ring": {"HORO_ALLREDUCE_ALGO": "ring"},
-    "mpi": {"HORO_ALLREDUCE_ALGO": "mpi"},
+    # MPI's own allreduce over the MPI transport ("default" is shared memory on one host)
+    "mpi": {"HORO_ALLREDUCE_ALGO": "mpi", "HORO_TRANSPORT": "mpi"},
 }
 LAUNCH_TIMEOUT = 240
 

@@ -1,6 +1,6 @@
 """broadcast, allgather, alltoall, reducescatter, gather, scatter, reduce, barrier and
 the object collectives across real MPI ranks (np = 1..4), against NumPy; the ring and
-MPI algorithms and fusion off giving the same results; bad input raising on every rank.
+MPI algorithms, the shared-memory and MPI transports and fusion off giving the same results; bad input raising on every rank.
 
 Each launch runs `mpirun -np N ... pytest tests/mpi/ranks_collectives.py` (or
 ranks_collectives_errors.py) under a wall-clock timeout: a hang fails the test.
@@ -10,7 +10,7 @@ import pytest
 from launcher import differences_from, load_saved_results, remembering_launcher
 
 VARIANTS = {
-    "default": {},  # auto: MPI's algorithm below HORO_RING_MIN_BYTES (256 KiB), the ring above
+    "default": {},  # auto: shared memory on one host (HORO_TRANSPORT=auto)
     "ring": {"HORO_ALLGATHER_ALGO": "ring", "HORO_REDUCESCATTER_ALGO": "ring"},
     # many pipeline chunks per ring step even for mid-sized tensors
     "ring_small_chunks": {
@@ -18,7 +18,8 @@ VARIANTS = {
         "HORO_REDUCESCATTER_ALGO": "ring",
         "HORO_RING_CHUNK_BYTES": "4096",
     },
-    "mpi": {"HORO_ALLGATHER_ALGO": "mpi", "HORO_REDUCESCATTER_ALGO": "mpi"},
+    # MPI's own collectives over the MPI transport ("default" is shared memory on one host)
+    "mpi": {"HORO_ALLGATHER_ALGO": "mpi", "HORO_REDUCESCATTER_ALGO": "mpi", "HORO_TRANSPORT": "mpi"},
     "fusion_off": {"HORO_FUSION_THRESHOLD": "0"},
 }
 MATRIX = [(1, "default"), (2, "default"), (3, "default"), (4, "default")] + [

@@ -18,7 +18,8 @@ CASES = [
     (4, "default", {}),
     # each set's ring over its own communicator, many pipeline chunks, no fusion
     (3, "ring_fusion_off", dict(RING, HORO_FUSION_THRESHOLD="0", HORO_RING_CHUNK_BYTES="4096")),
-    (4, "ring_cache_off", dict(RING, HORO_CACHE_CAPACITY="0")),
+    # every cycle negotiates over MPI's control plane (default: the sets' shared-memory segments)
+    (4, "ring_cache_off_mpi_transport", dict(RING, HORO_CACHE_CAPACITY="0", HORO_TRANSPORT="mpi")),
 ]
 
 

@@ -18,12 +18,16 @@ def _rows(events):
 
 
 def _is_activity(name):
-    return name.startswith(("MEMCPY_", "MPI_", "RING_"))
+    return name.startswith(("MEMCPY_", "MPI_", "SHM_", "RING_"))
 
 
 def _top_level(evs):
     """The phases, without the activities nested inside the collective."""
     return [e["name"] for e in evs if e["ph"] == "X" and not _is_activity(e["name"])]
+
+
+def _without_wait(evs):
+    return [name for name in _top_level(evs) if name != "WAIT_FOR_OTHER_RANKS"]
 
 
 def _inside(span, evs):
@@ -42,16 +46,18 @@ def test_timeline_phases_in_order_and_runtime_start_stop(ranks, tmp_path):
     assert "late.sum" not in rows and "untraced" not in rows  # recorded in the run-time file instead
     grad = rows["grad.0"]
     # three steps: queued, negotiated, then the fused collective, each time
-    assert _top_level(grad) == ["QUEUE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE"] * 3, _top_level(grad)
+    assert _without_wait(grad) == ["QUEUE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE"] * 3, _top_level(grad)
     for evs in rows.values():  # each collective holds its algorithm, and the fusion buffer copies when fused
         for span in (e for e in evs if e["name"] in ("ALLREDUCE", "BROADCAST", "ALLGATHER")):
             inside = _inside(span, evs)
-            assert len([a for a in inside if a.startswith(("MPI_", "RING_"))]) == 1, inside
+            assert len([a for a in inside if a.startswith(("MPI_", "SHM_", "RING_"))]) == 1, inside
             if span["args"]["tensors"] > 1:
                 assert {"MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"} <= set(inside), inside
-    assert _top_level(rows["weights.bcast"]) == ["QUEUE", "NEGOTIATE_BROADCAST", "BROADCAST"]
-    assert "MPI_BCAST" in {e["name"] for e in rows["weights.bcast"]}
-    assert _top_level(rows["rows.gather"]) == ["QUEUE", "NEGOTIATE_ALLGATHER", "ALLGATHER"]
+    # Submitted right after the previous result: on shared memory the first rank's cycle pulls an idle
+    # peer in at once, so a few microseconds of skew between the ranks may show as a wait phase.
+    assert _without_wait(rows["weights.bcast"]) == ["QUEUE", "NEGOTIATE_BROADCAST", "BROADCAST"]
+    assert {"MPI_BCAST", "SHM_BCAST"} & {e["name"] for e in rows["weights.bcast"]}  # one host: shared memory
+    assert _without_wait(rows["rows.gather"]) == ["QUEUE", "NEGOTIATE_ALLGATHER", "ALLGATHER"]
     assert _top_level(rows["straggler"]) == ["QUEUE", "NEGOTIATE_ALLREDUCE", "WAIT_FOR_OTHER_RANKS", "ALLREDUCE"]
     wait = next(e for e in rows["straggler"] if e["name"] == "WAIT_FOR_OTHER_RANKS")
     assert wait["dur"] > 100_000  # rank 1 slept 0.3 s (microseconds)
@@ -61,7 +67,7 @@ def test_timeline_phases_in_order_and_runtime_start_stop(ranks, tmp_path):
     events = json.loads(runtime.read_text())
     rows = _rows(events)
     assert set(rows) == {"late.sum", "(engine cycles)"}, set(rows)
-    assert _top_level(rows["late.sum"]) == ["QUEUE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE"]
+    assert _without_wait(rows["late.sum"]) == ["QUEUE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE"]
     assert all(e["name"] == "CYCLE_START" and e["ph"] == "i" for e in rows["(engine cycles)"])
 
 

@@ -24,6 +24,15 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_REDUCESCATTER_ALGO", "", "auto", "ring | mpi | auto, as for allreduce"},
       {"HORO_RING_MIN_BYTES", "", "262144", "auto picks the ring all-reduce at and above this many bytes"},
       {"HORO_RING_CHUNK_BYTES", "", "262144", "pipeline chunk of the ring: small enough to stay in L2"},
+      {"HORO_TRANSPORT", "", "auto",
+       "auto | shm | mpi: auto moves a process set's data and control messages through shared memory when "
+       "all its ranks are on one host, through MPI otherwise"},
+      {"HORO_SHM_CHUNK_BYTES", "", "1048576",
+       "bytes each rank publishes per shared-memory step (the segment holds two per rank); "
+       "small enough that a step's reads stay in L2"},
+      {"HORO_SHM_SMALL_BYTES", "", "16384",
+       "shared-memory allreduce at or below this size: one step, every rank reduces the whole buffer "
+       "(above: reduce-scatter then all-gather, two steps per chunk)"},
       {"HORO_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
        "warn about tensors some ranks have submitted and others have not after this long; 0 disables"},
       {"HORO_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "0",
@@ -104,6 +113,14 @@ Tunables Tunables::from_environment() {
   t.ring_min_bytes = static_cast<int64_t>(number("HORO_RING_MIN_BYTES"));
   t.ring_chunk_bytes = static_cast<int64_t>(number("HORO_RING_CHUNK_BYTES"));
   if (t.ring_chunk_bytes < 4096) t.ring_chunk_bytes = 4096;
+  t.transport = lookup("HORO_TRANSPORT");
+  if (t.transport != "auto" && t.transport != "shm" && t.transport != "mpi") {
+    throw Error("HORO_TRANSPORT='" + t.transport + "' must be auto, shm or mpi");
+  }
+  t.shm_chunk_bytes = static_cast<int64_t>(number("HORO_SHM_CHUNK_BYTES"));
+  if (t.shm_chunk_bytes < 4096) t.shm_chunk_bytes = 4096;
+  t.shm_small_bytes = static_cast<int64_t>(number("HORO_SHM_SMALL_BYTES"));
+  if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
   t.stall_check_seconds = number("HORO_STALL_CHECK_TIME_SECONDS");
   if (number("HORO_STALL_CHECK_DISABLE") != 0) t.stall_check_seconds = 0;
   t.stall_shutdown_seconds = number("HORO_STALL_SHUTDOWN_TIME_SECONDS");

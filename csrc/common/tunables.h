@@ -28,6 +28,9 @@ struct Tunables {
   std::string reducescatter_algo;
   int64_t ring_min_bytes;      // auto: ring at and above this size, MPI below
   int64_t ring_chunk_bytes;
+  std::string transport;      // auto | shm | mpi (transport/transport_choice.h)
+  int64_t shm_chunk_bytes;    // one half-slot of the shared segment
+  int64_t shm_small_bytes;    // shm allreduce at or below: one step, every rank reduces all
   double stall_check_seconds;
   double stall_shutdown_seconds;
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug

@@ -10,6 +10,11 @@
 
 namespace horo {
 
+namespace {
+// How long an idle loop that is woken by any peer's activity sleeps at most.
+constexpr std::chrono::microseconds kIdleWakeup{1000000};
+}  // namespace
+
 Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) : tunables_(tunables) {
   queue_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
   handles_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
@@ -25,6 +30,8 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   std::vector<int> everyone(transport->size());
   for (int r = 0; r < transport->size(); ++r) everyone[r] = r;
   add_set(0, std::move(transport), std::move(everyone));
+  Transport* global = sets_.at(0).transport.get();
+  queue_.set_on_work([global] { global->wake_local(); });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -93,7 +100,14 @@ void Engine::loop() {
       bool pending = false;
       for (auto& kv : sets_) pending |= kv.second.controller->has_pending();
       if (!pending) {
-        queue_.wait_for_work(shutdown_requested_ ? microseconds(0) : cycle_time);
+        // Where the global set's transport sees its peers (shared memory), an
+        // idle loop sleeps until this rank or a peer has work: no polling period.
+        auto local_work = [this] { return queue_.has_work() || shutdown_requested_; };
+        if (!shutdown_requested_ && sets_.at(0).transport->wait_for_peers(local_work, kIdleWakeup)) {
+          queue_.clear_woken();
+        } else {
+          queue_.wait_for_work(shutdown_requested_ ? microseconds(0) : cycle_time);
+        }
       } else if (backoff.count() > 0) {
         queue_.wait_for_work(backoff);
       }
@@ -144,6 +158,7 @@ void Engine::loop() {
     fail_everything(std::string("horo's background thread failed: ") + e.what());
   }
   timeline_.engine_exited();
+  queue_.set_on_work(nullptr);  // before the transport it calls goes
   // Frees the communicators, sub-sets first; every rank leaves the loop in the same cycle.
   while (!sets_.empty()) sets_.erase(std::prev(sets_.end()));
 }

@@ -33,7 +33,12 @@ double final_scale(const Request& spec, int size) {
 
 }  // namespace
 
+const char* Executor::native(const char* mpi_label, const char* shm_label) const {
+  return std::strcmp(transport_.name(), "SHM") == 0 ? shm_label : mpi_label;
+}
+
 bool Executor::ring_for(const std::string& algo, size_t bytes) const {
+  if (algo == "auto" && transport_.prefers_native()) return false;
   return algo == "ring" || (algo == "auto" && static_cast<int64_t>(bytes) >= tunables_.ring_min_bytes);
 }
 
@@ -47,7 +52,7 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
     case CollectiveType::kBarrier: {
       const int64_t t = timeline_.activity_start();
       transport_.barrier();
-      return timeline_.activity("MPI_BARRIER", t);
+      return timeline_.activity(native("MPI_BARRIER", "SHM_BARRIER"), t);
     }
     case CollectiveType::kGather: return gather(group.front(), entries.front());
     case CollectiveType::kScatter: return scatter(entries.front());
@@ -63,7 +68,7 @@ void Executor::reduce(const void* input, void* output, size_t count, DataType dt
     timeline_.activity("RING_ALLREDUCE", t);
   } else {
     scale_buffer(dtype, output, count, scale);
-    timeline_.activity("MPI_ALLREDUCE", t);
+    timeline_.activity(native("MPI_ALLREDUCE", "SHM_ALLREDUCE"), t);
   }
 }
 
@@ -144,7 +149,7 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries) {
     offset = layout.offset[me];
     timeline_.activity("RING_REDUCESCATTER", t);
   } else {
-    timeline_.activity("MPI_REDUCE_SCATTER", t);
+    timeline_.activity(native("MPI_REDUCE_SCATTER", "SHM_REDUCE_SCATTER"), t);
   }
   t = timeline_.activity_start();
   for (auto& e : entries) {
@@ -202,7 +207,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     std::vector<size_t> bytes;
     for (size_t c : layout.count) bytes.push_back(c * esize);
     transport_.native_allgatherv(mine, buf, bytes);
-    timeline_.activity("MPI_ALLGATHERV", t);
+    timeline_.activity(native("MPI_ALLGATHERV", "SHM_ALLGATHERV"), t);
   }
   if (!fused) return;
   t = timeline_.activity_start();
@@ -229,7 +234,7 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
     if (root && e.output != e.input) std::memcpy(e.output, e.input, bytes);
     const int64_t t = timeline_.activity_start();
     transport_.broadcast(e.output, bytes, spec.root);
-    timeline_.activity("MPI_BCAST", t);
+    timeline_.activity(native("MPI_BCAST", "SHM_BCAST"), t);
     return;
   }
   size_t total = 0;
@@ -245,7 +250,7 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   t = timeline_.activity_start();
   transport_.broadcast(buf, total, spec.root);
-  timeline_.activity("MPI_BCAST", t);
+  timeline_.activity(native("MPI_BCAST", "SHM_BCAST"), t);
   t = timeline_.activity_start();
   offset = 0;
   for (auto& e : entries) {
@@ -273,7 +278,7 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
   out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
   const int64_t t = timeline_.activity_start();
   transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
-  timeline_.activity("MPI_ALLTOALLV", t);
+  timeline_.activity(native("MPI_ALLTOALLV", "SHM_ALLTOALLV"), t);
   e.allocated = std::move(out);
 }
 
@@ -294,7 +299,7 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
   }
   const int64_t t = timeline_.activity_start();
   transport_.gatherv(e.input, output, bytes, e.request.root);
-  timeline_.activity("MPI_GATHERV", t);
+  timeline_.activity(native("MPI_GATHERV", "SHM_GATHERV"), t);
 }
 
 void Executor::scatter(TensorEntry& e) {
@@ -304,7 +309,7 @@ void Executor::scatter(TensorEntry& e) {
   for (size_t r : rows) bytes.push_back(r * row_bytes);
   const int64_t t = timeline_.activity_start();
   transport_.scatterv(e.input, bytes, e.output, e.request.root);
-  timeline_.activity("MPI_SCATTERV", t);
+  timeline_.activity(native("MPI_SCATTERV", "SHM_SCATTERV"), t);
 }
 
 void Executor::reduce_to_root(TensorEntry& e) {
@@ -322,7 +327,7 @@ void Executor::reduce_to_root(TensorEntry& e) {
     ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, e.output, spec.dtype, spec.op);
     timeline_.activity("RING_ALLREDUCE", t);
   } else {
-    timeline_.activity("MPI_REDUCE", t);
+    timeline_.activity(native("MPI_REDUCE", "SHM_REDUCE"), t);
   }
   if (transport_.rank() == spec.root) scale_buffer(spec.dtype, e.output, count, final_scale(spec, transport_.size()));
 }

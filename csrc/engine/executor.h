@@ -27,6 +27,8 @@ class Executor {
 
  private:
   bool ring_for(const std::string& algo, size_t bytes) const;
+  // The timeline's name for the transport's own collective (MPI_BCAST or SHM_BCAST).
+  const char* native(const char* mpi_label, const char* shm_label) const;
   void allreduce(std::vector<TensorEntry>& entries);
   void reducescatter(std::vector<TensorEntry>& entries);
   void allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries);

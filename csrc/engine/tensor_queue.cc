@@ -26,6 +26,7 @@ void TensorQueue::push(TensorEntry entry) {
     in_flight_.emplace(key, std::move(entry));
   }
   work_cv_.notify_one();
+  notify_on_work();
 }
 
 std::vector<Request> TensorQueue::take_new_requests(std::vector<std::chrono::steady_clock::time_point>* enqueued_at) {
@@ -93,6 +94,27 @@ void TensorQueue::wake() {
     woken_ = true;
   }
   work_cv_.notify_one();
+  notify_on_work();
+}
+
+bool TensorQueue::has_work() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return woken_ || !new_requests_.empty();
+}
+
+void TensorQueue::clear_woken() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  woken_ = false;
+}
+
+void TensorQueue::set_on_work(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(on_work_mutex_);
+  on_work_ = std::move(fn);
+}
+
+void TensorQueue::notify_on_work() {
+  std::lock_guard<std::mutex> lock(on_work_mutex_);
+  if (on_work_) on_work_();
 }
 
 }  // namespace horo

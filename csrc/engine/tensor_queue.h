@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +66,13 @@ class TensorQueue {
   void wait_for_work(std::chrono::microseconds timeout);
   void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
   void wake();
+  // For waits on something other than this queue (a transport's doorbell):
+  // whether wait_for_work() would return now, and forgetting a wake().
+  bool has_work();
+  void clear_woken();
+  // Called after every push() and wake(), outside the queue's lock; setting
+  // nullptr waits for a call in progress to finish.
+  void set_on_work(std::function<void()> fn);
 
  private:
   std::mutex mutex_;
@@ -75,6 +83,9 @@ class TensorQueue {
   std::unordered_map<std::string, TensorEntry> in_flight_;
   std::vector<Request> new_requests_;
   std::vector<std::chrono::steady_clock::time_point> new_enqueued_at_;
+  std::mutex on_work_mutex_;
+  std::function<void()> on_work_;
+  void notify_on_work();
 };
 
 }  // namespace horo

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "transport/mpi_context.h"
 #include "transport/mpi_transport.h"
+#include "transport/transport_choice.h"
 
 namespace py = pybind11;
 using namespace horo;
@@ -46,7 +47,8 @@ void init(int64_t fortran_comm) {
   set_log_context(g_info.rank, tunables.log_level);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
-  g_engine = std::make_shared<Engine>(std::make_unique<MpiTransport>(ours), tunables);
+  auto mpi = std::make_unique<MpiTransport>(ours, TransportSettings::from(tunables));
+  g_engine = std::make_shared<Engine>(choose_transport(std::move(mpi)), tunables);
 }
 
 void shutdown() {

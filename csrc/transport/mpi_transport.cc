@@ -82,7 +82,7 @@ void wait_politely(MPI_Request* requests, int count) {
 
 }  // namespace
 
-MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
+MpiTransport::MpiTransport(MPI_Comm comm, TransportSettings settings) : comm_(comm), settings_(std::move(settings)) {
   HORO_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   HORO_MPI(MPI_Comm_rank(comm_, &rank_));
   HORO_MPI(MPI_Comm_size(comm_, &size_));
@@ -249,7 +249,7 @@ std::unique_ptr<Transport> MpiTransport::split(const std::vector<int>& members) 
   MPI_Comm sub = MPI_COMM_NULL;
   HORO_MPI(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, rank_, &sub));
   if (!member) return nullptr;
-  return std::make_unique<MpiTransport>(sub);
+  return choose_transport(std::make_unique<MpiTransport>(sub, settings_));
 }
 
 void MpiTransport::allreduce_bitand(std::vector<uint64_t>& words) {

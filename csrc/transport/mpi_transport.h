@@ -7,17 +7,21 @@
 #include <vector>
 
 #include "transport/transport.h"
+#include "transport/transport_choice.h"
 
 namespace horo {
 
 class MpiTransport : public Transport {
  public:
-  // Takes ownership of `comm` (freed in the destructor).
-  explicit MpiTransport(MPI_Comm comm);
+  // Takes ownership of `comm` (freed in the destructor). `settings` say
+  // which transport the sets split from this one get (transport_choice.h).
+  explicit MpiTransport(MPI_Comm comm, TransportSettings settings = {});
   ~MpiTransport() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  MPI_Comm comm() const { return comm_; }
+  const TransportSettings& settings() const { return settings_; }
 
   int isend(const void* buf, size_t bytes, int peer) override;
   int irecv(void* buf, size_t bytes, int peer) override;
@@ -45,6 +49,7 @@ class MpiTransport : public Transport {
   int keep(MPI_Request request);  // a slot for wait()
 
   MPI_Comm comm_;
+  TransportSettings settings_;
   int rank_ = 0;
   int size_ = 1;
   std::vector<MPI_Request> requests_;

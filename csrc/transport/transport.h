@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +21,11 @@ class Transport {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Its own collectives beat the ring over its point-to-point at every size
+  // (shared memory), so "auto" algorithms use them.
+  virtual bool prefers_native() const { return false; }
+  // Prefix of the timeline's names for its native collectives (MPI_ALLREDUCE, SHM_ALLREDUCE).
+  virtual const char* name() const { return "MPI"; }
 
   // Data plane: non-blocking point-to-point. Messages between one pair of
   // ranks arrive in the order they were posted. Each call returns a slot
@@ -59,6 +66,17 @@ class Transport {
   // Root receives every rank's bytes (index = rank); others get an empty vector.
   virtual std::vector<std::string> gather_bytes(const std::string& mine, int root) = 0;
   virtual void broadcast_bytes(std::string& data, int root) = 0;
+
+  // Idle waiting, where the transport can see its peers start a cycle
+  // (shared memory): sleeps until local_work() holds, a peer has begun a
+  // collective this rank has not joined, or `timeout` passes, so an idle
+  // engine needs no polling period. Returns false, at once, where it cannot
+  // watch its peers: the caller then sleeps its own way.
+  virtual bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) {
+    return false;
+  }
+  // Ends this process's wait_for_peers() (new local work). Any thread.
+  virtual void wake_local() {}
 };
 
 }  // namespace horo

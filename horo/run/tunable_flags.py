@@ -64,6 +64,8 @@ TUNABLE_FLAGS = (
                 choices=("trace", "debug", "info", "warning", "error", "fatal")),
     TunableFlag("--allreduce-algo", "HORO_ALLREDUCE_ALGO", "ALGO", str.lower, str,
                 "all-reduce algorithm", choices=("ring", "mpi", "auto")),
+    TunableFlag("--transport", "HORO_TRANSPORT", "KIND", str.lower, str,
+                "shared memory between ranks on one host, or MPI", choices=("auto", "shm", "mpi")),
 )
 
 

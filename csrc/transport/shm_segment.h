@@ -1,0 +1,63 @@
+// One shared-memory segment per process set per host: a header with the
+// doorbell, one cache line of state per rank (its sequence number and pid),
+// and per rank two half-slots (double buffering) of `chunk_bytes` each plus
+// a small mailbox. Created by the set's rank 0 under a name unique to the
+// job (pid, random bits, a counter), mode 0600, and unlinked as soon as every
+// rank has it mapped: a crash afterwards leaves nothing in /dev/shm.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "transport/futex_wait.h"
+
+namespace horo {
+
+// Each rank's own cache line: peers poll it, nobody else writes it.
+struct alignas(64) ShmRankState {
+  std::atomic<uint64_t> seq{0};  // steps this rank has completed
+  std::atomic<int32_t> pid{0};
+};
+
+// Small fixed-size values a round carries beside its data (lengths, counts).
+struct alignas(64) ShmMailbox {
+  uint64_t words[8];
+};
+
+class ShmSegment {
+ public:
+  // Collective over `comm` (every rank on this host). Throws horo::Error,
+  // on every rank, when the segment cannot be created or mapped.
+  ShmSegment(MPI_Comm comm, size_t chunk_bytes);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  size_t chunk_bytes() const { return chunk_bytes_; }
+  Doorbell& bell() { return header()->bell; }
+  ShmRankState& state(int rank) { return states()[rank]; }
+  ShmMailbox& mailbox(int rank, int half) { return *reinterpret_cast<ShmMailbox*>(slot(rank, half)); }
+  char* data(int rank, int half) { return slot(rank, half) + sizeof(ShmMailbox); }
+  const std::string& name() const { return name_; }
+
+ private:
+  struct alignas(64) Header {
+    Doorbell bell;
+  };
+  Header* header() { return reinterpret_cast<Header*>(base_); }
+  ShmRankState* states() { return reinterpret_cast<ShmRankState*>(base_ + sizeof(Header)); }
+  char* slot(int rank, int half) { return base_ + slots_at_ + (static_cast<size_t>(rank) * 2 + half) * slot_stride_; }
+
+  char* base_ = nullptr;
+  size_t bytes_ = 0;
+  size_t chunk_bytes_ = 0;
+  size_t slots_at_ = 0;
+  size_t slot_stride_ = 0;
+  std::string name_;
+};
+
+}  // namespace horo

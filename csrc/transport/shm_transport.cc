@@ -1,0 +1,341 @@
+#include "transport/shm_transport.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+#include "reduce/reduce_kernels.h"
+
+namespace horo {
+
+namespace {
+
+constexpr size_t kLine = 64;
+
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+size_t round_down(size_t n, size_t to) { return n / to * to; }
+
+std::vector<size_t> prefix_offsets(const std::vector<size_t>& counts) {
+  std::vector<size_t> out(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) out[i] = out[i - 1] + counts[i - 1];
+  return out;
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
+    : inner_(std::move(inner)),
+      rank_(inner_->rank()),
+      size_(inner_->size()),
+      // A slot holds one piece for every rank (alltoall, scatter): at least a cache line each.
+      segment_(inner_->comm(), std::max(inner_->settings().shm_chunk_bytes, kLine * inner_->size())),
+      chunk_(segment_.chunk_bytes()),
+      small_bytes_(std::min(inner_->settings().shm_small_bytes, segment_.chunk_bytes())),
+      spin_(inner_->settings().spin_microseconds) {}
+
+size_t ShmTransport::piece(size_t total, size_t k, size_t per_round) {
+  const size_t start = k * per_round;
+  return start >= total ? 0 : std::min(per_round, total - start);
+}
+
+void ShmTransport::step() {
+  ++seq_;
+  segment_.state(rank_).seq.store(seq_, std::memory_order_seq_cst);
+  ring(segment_.bell());
+  int next = 0;  // peers before it have arrived: not polled again
+  auto everyone_here = [&] {
+    for (; next < size_; ++next) {
+      if (segment_.state(next).seq.load(std::memory_order_seq_cst) < seq_) return false;
+    }
+    return true;
+  };
+  wait_until(segment_.bell(), everyone_here, spin_, std::chrono::milliseconds(100), [this] { fail_if_a_peer_died(); });
+}
+
+bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) {
+  auto ready = [&] {
+    if (local_work()) return true;
+    for (int p = 0; p < size_; ++p) {
+      if (segment_.state(p).seq.load(std::memory_order_seq_cst) > seq_) return true;
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Doorbell& bell = segment_.bell();
+  while (!ready()) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    // Same protocol as wait_until: register, re-test, sleep on the epoch read before the test.
+    bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t epoch = bell.epoch.load(std::memory_order_seq_cst);
+    if (!ready()) futex_wait_shared(&bell.epoch, epoch, left);
+    bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  return true;
+}
+
+void ShmTransport::fail_if_a_peer_died() {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || segment_.state(p).seq.load() >= seq_) continue;
+    const pid_t pid = segment_.state(p).pid.load();
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+      throw Error("rank " + std::to_string(p) + " of this process set (pid " + std::to_string(pid) +
+                  ") exited while rank " + std::to_string(rank_) + " waited for it in shared memory");
+    }
+  }
+}
+
+bool ShmTransport::native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAdasum) return false;
+  const size_t esize = dtype_size(dtype);
+  const char* in = static_cast<const char*>(input);
+  char* out = static_cast<char*>(output);
+  if (count == 0) return true;
+  if (count * esize <= small_bytes_) {
+    // One step instead of two: every rank reduces the whole (small) buffer
+    // from every slot, in rank order, so all ranks hold identical bits.
+    begin_round();
+    std::memcpy(slot(rank_), in, count * esize);
+    step();
+    if (size_ == 1) {
+      std::memcpy(out, slot(0), count * esize);
+    } else {
+      reduce_to(dtype, op, out, slot(0), slot(1), count);
+      for (int p = 2; p < size_; ++p) reduce_into(dtype, op, out, slot(p), count);
+    }
+    return true;
+  }
+  const size_t per_round = chunk_ / esize;
+  // Slices start on cache lines: no two ranks write one line.
+  const size_t align = std::max<size_t>(1, kLine / esize);
+  for (size_t done = 0; done < count; done += per_round) {
+    const size_t m = std::min(per_round, count - done);
+    begin_round();
+    std::memcpy(slot(rank_), in + done * esize, m * esize);
+    step();
+    const size_t slice = ceil_div(ceil_div(m, size_), align) * align;
+    const size_t lo = std::min(m, rank_ * slice), hi = std::min(m, lo + slice);
+    // Reduce-scatter: this rank's slice, straight from every peer's slot into its own.
+    if (hi > lo) {
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_) reduce_into(dtype, op, slot(rank_) + lo * esize, slot(p) + lo * esize, hi - lo);
+      }
+    }
+    step();
+    // All-gather by copy: each slice from the rank that reduced it.
+    for (int p = 0; p < size_; ++p) {
+      const size_t plo = std::min(m, p * slice), phi = std::min(m, plo + slice);
+      if (phi > plo) std::memcpy(out + (done + plo) * esize, slot(p) + plo * esize, (phi - plo) * esize);
+    }
+  }
+  return true;
+}
+
+bool ShmTransport::native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                                 int root) {
+  // The reduce-scatter does the work; the copies to non-roots cost little beside it.
+  return native_allreduce(input, output, count, dtype, op);
+}
+
+bool ShmTransport::native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts,
+                                         DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAdasum) return false;
+  const size_t esize = dtype_size(dtype);
+  const size_t per_peer = std::max<size_t>(1, round_down(chunk_ / size_, kLine) / esize);  // elements
+  const std::vector<size_t> offset = prefix_offsets(counts);
+  const size_t rounds = ceil_div(*std::max_element(counts.begin(), counts.end()), per_peer);
+  const char* in = static_cast<const char*>(input);
+  char* out = static_cast<char*>(output);
+  // In place (output == input), round k writes output elements [k*q, (k+1)*q)
+  // after every input element at or before them has been published (round <= k).
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    for (int r = 0; r < size_; ++r) {
+      const size_t n = piece(counts[r], k, per_peer);
+      if (n) std::memcpy(slot(rank_) + r * per_peer * esize, in + (offset[r] + k * per_peer) * esize, n * esize);
+    }
+    step();
+    const size_t n = piece(counts[rank_], k, per_peer);
+    if (n == 0) continue;
+    char* dst = out + k * per_peer * esize;
+    const size_t at = rank_ * per_peer * esize;
+    if (size_ == 1) {
+      std::memcpy(dst, slot(0) + at, n * esize);
+      continue;
+    }
+    reduce_to(dtype, op, dst, slot(0) + at, slot(1) + at, n);
+    for (int p = 2; p < size_; ++p) reduce_into(dtype, op, dst, slot(p) + at, n);
+  }
+  return true;
+}
+
+void ShmTransport::native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) {
+  const std::vector<size_t> offset = prefix_offsets(byte_counts);
+  char* out = static_cast<char*>(output);
+  const char* my = static_cast<const char*>(mine);
+  if (my != out + offset[rank_] && byte_counts[rank_]) std::memcpy(out + offset[rank_], my, byte_counts[rank_]);
+  const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), chunk_);
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    const size_t n = piece(byte_counts[rank_], k, chunk_);
+    if (n) std::memcpy(slot(rank_), my + k * chunk_, n);
+    step();
+    for (int p = 0; p < size_; ++p) {
+      const size_t pn = piece(byte_counts[p], k, chunk_);
+      if (p != rank_ && pn) std::memcpy(out + offset[p] + k * chunk_, slot(p), pn);
+    }
+  }
+}
+
+void ShmTransport::gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) {
+  const std::vector<size_t> offset = prefix_offsets(byte_counts);
+  char* out = static_cast<char*>(output);
+  const char* my = static_cast<const char*>(mine);
+  if (rank_ == root && byte_counts[root]) std::memcpy(out + offset[root], my, byte_counts[root]);
+  const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), chunk_);
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    const size_t n = piece(byte_counts[rank_], k, chunk_);
+    if (rank_ != root && n) std::memcpy(slot(rank_), my + k * chunk_, n);
+    step();
+    if (rank_ != root) continue;
+    for (int p = 0; p < size_; ++p) {
+      const size_t pn = piece(byte_counts[p], k, chunk_);
+      if (p != root && pn) std::memcpy(out + offset[p] + k * chunk_, slot(p), pn);
+    }
+  }
+}
+
+void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) {
+  const std::vector<size_t> offset = prefix_offsets(byte_counts);
+  const char* in = static_cast<const char*>(input);
+  char* my = static_cast<char*>(mine);
+  if (rank_ == root && byte_counts[root]) std::memcpy(my, in + offset[root], byte_counts[root]);
+  const size_t per_peer = round_down(chunk_ / size_, kLine);
+  const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), per_peer);
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        const size_t n = piece(byte_counts[r], k, per_peer);
+        if (r != root && n) std::memcpy(slot(root) + r * per_peer, in + offset[r] + k * per_peer, n);
+      }
+    }
+    step();
+    const size_t n = piece(byte_counts[rank_], k, per_peer);
+    if (rank_ != root && n) std::memcpy(my + k * per_peer, slot(root) + rank_ * per_peer, n);
+  }
+}
+
+void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                             const std::vector<size_t>& recv_bytes) {
+  const std::vector<size_t> send_at = prefix_offsets(send_bytes), recv_at = prefix_offsets(recv_bytes);
+  const char* in = static_cast<const char*>(input);
+  char* out = static_cast<char*>(output);
+  if (send_bytes[rank_]) std::memcpy(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
+  const size_t per_peer = round_down(chunk_ / size_, kLine);
+  // Only the senders know the sizes of all pairs: round 0 tells everyone how many rounds there are.
+  size_t my_rounds = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) my_rounds = std::max(my_rounds, ceil_div(send_bytes[r], per_peer));
+  }
+  size_t rounds = 1;
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    if (k == 0) mail(rank_)[0] = my_rounds;
+    for (int r = 0; r < size_; ++r) {
+      const size_t n = piece(send_bytes[r], k, per_peer);
+      if (r != rank_ && n) std::memcpy(slot(rank_) + r * per_peer, in + send_at[r] + k * per_peer, n);
+    }
+    step();
+    if (k == 0) {
+      for (int p = 0; p < size_; ++p) rounds = std::max<size_t>(rounds, mail(p)[0]);
+    }
+    for (int p = 0; p < size_; ++p) {
+      const size_t n = piece(recv_bytes[p], k, per_peer);
+      if (p != rank_ && n) std::memcpy(out + recv_at[p] + k * per_peer, slot(p) + rank_ * per_peer, n);
+    }
+  }
+}
+
+void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
+  char* p = static_cast<char*>(buf);
+  const size_t rounds = ceil_div(bytes, chunk_);
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    const size_t n = piece(bytes, k, chunk_);
+    if (rank_ == root) std::memcpy(slot(root), p + k * chunk_, n);
+    step();
+    if (rank_ != root) std::memcpy(p + k * chunk_, slot(root), n);
+  }
+}
+
+void ShmTransport::allreduce_bitand(std::vector<uint64_t>& words) {
+  const size_t per_round = chunk_ / sizeof(uint64_t);
+  for (size_t done = 0; done < words.size(); done += per_round) {
+    const size_t n = std::min(per_round, words.size() - done);
+    begin_round();
+    std::memcpy(slot(rank_), words.data() + done, n * sizeof(uint64_t));
+    step();
+    for (int p = 0; p < size_; ++p) {
+      const uint64_t* theirs = reinterpret_cast<const uint64_t*>(slot(p));
+      for (size_t i = 0; i < n; ++i) words[done + i] &= theirs[i];
+    }
+  }
+}
+
+std::vector<std::string> ShmTransport::gather_bytes(const std::string& mine, int root) {
+  std::vector<std::string> out(rank_ == root ? size_ : 0);
+  std::vector<size_t> lengths(size_, 0);
+  size_t rounds = 1;
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    if (k == 0) mail(rank_)[0] = mine.size();
+    const size_t n = piece(mine.size(), k, chunk_);
+    if (rank_ != root && n) std::memcpy(slot(rank_), mine.data() + k * chunk_, n);
+    step();
+    if (k == 0) {
+      // Lengths travel in round 0's mailboxes, so everyone knows how many rounds follow.
+      for (int p = 0; p < size_; ++p) {
+        lengths[p] = mail(p)[0];
+        rounds = std::max(rounds, ceil_div(lengths[p], chunk_));
+      }
+      if (rank_ == root) {
+        for (int p = 0; p < size_; ++p) out[p].resize(lengths[p]);
+        out[root] = mine;
+      }
+    }
+    if (rank_ != root) continue;
+    for (int p = 0; p < size_; ++p) {
+      const size_t pn = piece(lengths[p], k, chunk_);
+      if (p != root && pn) std::memcpy(&out[p][k * chunk_], slot(p), pn);
+    }
+  }
+  return out;
+}
+
+void ShmTransport::broadcast_bytes(std::string& data, int root) {
+  size_t length = data.size();
+  size_t rounds = 1;
+  for (size_t k = 0; k < rounds; ++k) {
+    begin_round();
+    const size_t n = piece(length, k, chunk_);
+    if (rank_ == root) {
+      if (k == 0) mail(root)[0] = length;
+      if (n) std::memcpy(slot(root), data.data() + k * chunk_, n);
+    }
+    step();
+    if (k == 0) {
+      length = mail(root)[0];
+      rounds = std::max<size_t>(1, ceil_div(length, chunk_));
+      if (rank_ != root) data.resize(length);
+    }
+    const size_t got = piece(length, k, chunk_);
+    if (rank_ != root && got) std::memcpy(&data[k * chunk_], slot(root), got);
+  }
+}
+
+}  // namespace horo

@@ -1,0 +1,82 @@
+// Collectives among the ranks of one host through one shared segment
+// (shm_segment.h), written for shared memory rather than ported from the
+// ring: every rank publishes a chunk into its own slot, one step (a
+// sequence-number barrier in the segment) later everyone reads what it
+// needs straight from its peers' slots. Allreduce is a single-copy
+// reduce-scatter (rank r reduces slice r from every peer's chunk) plus an
+// all-gather by copy, chunk by chunk so the data stays in cache (the shape
+// of DeepSpeed's CPU shm allreduce and Open MPI's coll/xhc). The control
+// plane runs through the same slots, so a steady-state cycle sends no MPI
+// message. Point-to-point (the ring) and split stay on the inner MPI transport.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "transport/mpi_transport.h"
+#include "transport/shm_segment.h"
+#include "transport/transport.h"
+
+namespace horo {
+
+class ShmTransport : public Transport {
+ public:
+  // Collective over `inner`'s communicator, whose ranks must share this host.
+  explicit ShmTransport(std::unique_ptr<MpiTransport> inner);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool prefers_native() const override { return true; }
+  const char* name() const override { return "SHM"; }
+
+  int isend(const void* buf, size_t bytes, int peer) override { return inner_->isend(buf, bytes, peer); }
+  int irecv(void* buf, size_t bytes, int peer) override { return inner_->irecv(buf, bytes, peer); }
+  void wait(int slot) override { inner_->wait(slot); }
+  void wait_all() override { inner_->wait_all(); }
+
+  bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override;
+  bool native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts, DataType dtype,
+                             ReduceOp op) override;
+  void native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) override;
+  void alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                 const std::vector<size_t>& recv_bytes) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) override;
+  void scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) override;
+  bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root) override;
+  void barrier() override { step(); }
+  std::unique_ptr<Transport> split(const std::vector<int>& members) override { return inner_->split(members); }
+
+  void allreduce_bitand(std::vector<uint64_t>& words) override;
+  std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
+  void broadcast_bytes(std::string& data, int root) override;
+  bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) override;
+  void wake_local() override { ring(segment_.bell()); }
+
+ private:
+  // Rounds alternate between the two halves of every slot: a rank may fill
+  // half h again only after a step of the round in between, which every
+  // peer reaches after it has finished reading half h.
+  void begin_round() { half_ = static_cast<int>(rounds_++ & 1); }
+  // This rank has published (or finished reading) what the round needs:
+  // announce it, then wait until every peer has said the same.
+  void step();
+  void fail_if_a_peer_died();
+  char* slot(int r) { return segment_.data(r, half_); }
+  uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
+  // Piece of `total` bytes that round k carries, `per_round` bytes a round.
+  static size_t piece(size_t total, size_t k, size_t per_round);
+
+  std::unique_ptr<MpiTransport> inner_;
+  int rank_ = 0;
+  int size_ = 1;
+  ShmSegment segment_;
+  size_t chunk_ = 0;        // bytes of one half-slot
+  size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
+  std::chrono::microseconds spin_{0};
+  uint64_t seq_ = 0;
+  uint64_t rounds_ = 0;
+  int half_ = 0;
+};
+
+}  // namespace horo

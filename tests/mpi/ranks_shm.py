@@ -1,0 +1,168 @@
+"""The shared-memory transport from inside each rank: the segment is private and
+already unlinked, every collective is right at sizes that straddle its chunk
+(the driver sets HORO_SHM_CHUNK_BYTES=4096, so most cases take several rounds),
+0-sized and odd-sized tensors, control messages larger than a chunk, process sets
+(each with a segment of its own), and a rank that exits mid-collective.
+
+Runs inside each MPI rank under HORO_TRANSPORT=shm (see tests/test_shm.py).
+"""
+import os
+import signal
+import stat
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from horo_reference import DTYPES, np_dtype
+
+WORLD = MPI.COMM_WORLD.Get_size()
+RANK = MPI.COMM_WORLD.Get_rank()
+COUNTS = [0, 1, 3, 17, 1023, 1025, 4099, 70001]
+
+
+@pytest.fixture(scope="module")
+def hvd():
+    import horo
+
+    horo.init()
+    yield horo
+    if horo.is_initialized():
+        horo.shutdown()
+
+
+def contribution(dtype, count, r):
+    """Rank r's input: small integers, exact in every dtype and in any summation order."""
+    return ((np.arange(count) * 7 + r * 3) % 5 + 1).astype(np_dtype(dtype))
+
+
+def segments_mapped():
+    """(path, mode) of the horo segments this process has mapped."""
+    out = {}
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        if len(fields) >= 6 and "/horo-" in fields[5]:
+            st = os.stat(f"/proc/self/map_files/{fields[0]}")
+            out[" ".join(fields[5:])] = stat.S_IMODE(st.st_mode)
+    return out
+
+
+def test_segment_is_private_and_unlinked_once_mapped(hvd):
+    segments = segments_mapped()  # HORO_TRANSPORT=shm: even a world of one gets one
+    assert segments, "HORO_TRANSPORT=shm but no horo segment is mapped"
+    for path, mode in segments.items():
+        assert path.endswith("(deleted)"), f"{path} is still linked in /dev/shm"
+        assert mode == 0o600, f"{path} has mode {oct(mode)}"
+    # every rank of the job maps the same one (the name carries the creator's pid and random bits)
+    assert len(set(MPI.COMM_WORLD.allgather(tuple(sorted(segments))))) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_allreduce_every_dtype_and_op_at_sizes_around_the_chunk(hvd, dtype):
+    reference = {
+        "Sum": np.add.reduce,
+        "Min": np.minimum.reduce,
+        "Max": np.maximum.reduce,
+        "Product": np.multiply.reduce,
+    }
+    for count in COUNTS:
+        inputs = [contribution(dtype, count, r) for r in range(WORLD)]
+        for op_name, fn in reference.items():
+            got = hvd.allreduce(inputs[RANK], op=getattr(hvd, op_name), name=f"ar.{dtype}.{count}.{op_name}")
+            expected = fn(np.stack(inputs), axis=0).astype(inputs[0].dtype) if count else inputs[0]
+            assert got.tobytes() == expected.tobytes(), f"allreduce {op_name} {dtype} x{count}"
+        got = hvd.allreduce(inputs[RANK].astype(np.float64), op=hvd.Average, name=f"avg.{dtype}.{count}")
+        np.testing.assert_allclose(got, np.mean(np.stack(inputs).astype(np.float64), axis=0) if count else got)
+
+
+def test_allreduce_in_place_and_fused(hvd):
+    arrays = [contribution("float32", c, RANK) for c in (5, 4096, 33333)]
+    handles = [hvd.allreduce_async_(a, op=hvd.Sum, name=f"inplace.{i}") for i, a in enumerate(arrays)]
+    for h in handles:
+        hvd.synchronize(h)
+    for a, c in zip(arrays, (5, 4096, 33333)):
+        assert np.array_equal(a, sum(contribution("float32", c, r) for r in range(WORLD)))
+
+
+def test_data_movement_collectives_match_numpy(hvd):
+    for count in COUNTS:
+        rows = [count + r for r in range(WORLD)]  # ragged first dimension
+        inputs = [np.arange(rows[r] * 3, dtype=np.int32).reshape(rows[r], 3) + 1000 * r for r in range(WORLD)]
+        got = hvd.allgather(inputs[RANK], name=f"ag.{count}")
+        assert np.array_equal(got, np.concatenate(inputs)), f"allgather x{count}"
+        for root in range(WORLD):
+            got = hvd.broadcast(inputs[root][:count] if RANK == root else np.zeros((count, 3), np.int32),
+                                root_rank=root, name=f"bc.{count}.{root}")
+            assert np.array_equal(got, inputs[root][:count]), f"broadcast x{count} from {root}"
+        # alltoall: rank r sends (count + r + d) % 5 * count // 4 rows to d
+        splits = [[(count + s + d) % 5 * count // 4 for d in range(WORLD)] for s in range(WORLD)]
+        sent = [np.arange(sum(splits[s]), dtype=np.float64) + 1e6 * s for s in range(WORLD)]
+        got, received = hvd.alltoall(sent[RANK], splits=np.array(splits[RANK]), name=f"a2a.{count}")
+        assert list(received) == [splits[s][RANK] for s in range(WORLD)], f"alltoall splits x{count}"
+        pieces = []
+        for s in range(WORLD):
+            start = sum(splits[s][:RANK])
+            pieces.append(sent[s][start : start + splits[s][RANK]])
+        assert np.array_equal(got, np.concatenate(pieces)), f"alltoall x{count}"
+
+
+def test_reducescatter_gather_scatter_reduce(hvd):
+    for count in COUNTS:
+        rows = count + WORLD  # every rank gets a share, odd sizes
+        inputs = [contribution("int64", rows * 2, r).reshape(rows, 2) for r in range(WORLD)]
+        total = np.sum(np.stack(inputs), axis=0)
+        base, extra = divmod(rows, WORLD)
+        start = RANK * base + min(RANK, extra)
+        mine = total[start : start + base + (1 if RANK < extra else 0)]
+        got = hvd.reducescatter(inputs[RANK], op=hvd.Sum, name=f"rs.{count}")
+        assert np.array_equal(got, mine), f"reducescatter x{count}"
+        root = count % WORLD
+        got = hvd.gather(inputs[RANK], root_rank=root, name=f"ga.{count}")
+        if RANK == root:
+            assert np.array_equal(got, np.concatenate(inputs)), f"gather x{count}"
+        whole = np.concatenate(inputs)
+        got = hvd.scatter(whole, root_rank=root, name=f"sc.{count}")
+        base, extra = divmod(len(whole), WORLD)
+        start = RANK * base + min(RANK, extra)
+        assert np.array_equal(got, whole[start : start + base + (1 if RANK < extra else 0)]), f"scatter x{count}"
+        got = hvd.reduce(inputs[RANK], root_rank=root, op=hvd.Sum, name=f"rd.{count}")
+        if RANK == root:
+            assert np.array_equal(got, total), f"reduce x{count}"
+
+
+def test_control_messages_larger_than_a_chunk(hvd):
+    """Hundreds of new long names in one cycle: requests and responses span several rounds."""
+    names = [f"control.{'x' * 200}.{i}" for i in range(300)]
+    handles = [hvd.allreduce_async(np.full(3, RANK + i, np.int64), op=hvd.Sum, name=n) for i, n in enumerate(names)]
+    for i, h in enumerate(handles):
+        assert np.array_equal(hvd.synchronize(h), np.full(3, sum(range(WORLD)) + WORLD * i, np.int64))
+
+
+def test_process_sets_get_their_own_segment(hvd):
+    if WORLD < 3:
+        pytest.skip("needs three ranks")
+    even = hvd.add_process_set(list(range(0, WORLD, 2)))
+    try:
+        if RANK % 2 == 0:
+            x = contribution("float32", 9999, RANK)
+            got = hvd.allreduce(x, op=hvd.Sum, name="set.even", process_set=even)
+            assert np.array_equal(got, sum(contribution("float32", 9999, r) for r in range(0, WORLD, 2)))
+            assert len(segments_mapped()) == 2
+        got = hvd.allreduce(np.ones(7, np.int32), op=hvd.Sum, name="set.global")
+        assert np.array_equal(got, np.full(7, WORLD, np.int32))
+    finally:
+        hvd.remove_process_set(even)
+
+
+def test_a_rank_that_exits_mid_collective_ends_the_job(hvd):
+    """Selected on its own by the driver: rank 1 dies while the others wait for it in shared memory."""
+    if os.environ.get("HORO_TEST_KILL_RANK") is None:
+        pytest.skip("run by test_shm.py with HORO_TEST_KILL_RANK set")
+    victim = int(os.environ["HORO_TEST_KILL_RANK"])
+    hvd.allreduce(np.ones(4), name="before")
+    if RANK == victim:
+        time.sleep(0.5)  # the others are waiting in shared memory by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    hvd.allreduce(np.ones(1 << 20), name="never.completes")
+    raise AssertionError("an allreduce completed without the killed rank")

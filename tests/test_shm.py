@@ -1,0 +1,63 @@
+"""The shared-memory transport (HORO_TRANSPORT=shm) across real MPI ranks: every
+collective against NumPy with a 4 KiB chunk (so most cases take several rounds), two
+jobs on the host at once, a rank killed while the others wait in shared memory (the
+job ends, nothing is left in /dev/shm), and a bad HORO_TRANSPORT value. The full
+collective suites also run on it: it is the default (auto) on one host, and
+test_allreduce.py / test_collectives.py add HORO_TRANSPORT=mpi variants to compare.
+"""
+import glob
+import subprocess
+import sys
+import threading
+
+import pytest
+from launcher import REPO_ROOT, mpi_env
+
+SHM = {"HORO_TRANSPORT": "shm", "HORO_SHM_CHUNK_BYTES": "4096"}
+LAUNCH_TIMEOUT = 150
+
+
+def horo_segments():
+    return set(glob.glob("/dev/shm/horo-*"))
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.mark.parametrize("np_", [1, 2, 3, 4])
+def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
+    ranks(np_, "ranks_shm.py", env=SHM, timeout=LAUNCH_TIMEOUT, select="not exits")
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+def test_two_jobs_on_one_host_do_not_interfere(ranks):
+    outcomes = []
+
+    def job(i):
+        try:
+            ranks(2, "ranks_shm.py", env=SHM, timeout=LAUNCH_TIMEOUT, select="segment or in_place or data_movement")
+            outcomes.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            outcomes.append(f"job {i}: {e}")
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes == [None, None], "\n".join(o for o in outcomes if o)
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_killed_mid_collective_ends_the_job_and_leaves_no_segment(ranks):
+    before = horo_segments()
+    rc, output = ranks(3, "ranks_shm.py", env=dict(SHM, HORO_TEST_KILL_RANK="1"), timeout=60, select="exits",
+                       check=False)
+    assert rc is not None, f"the job hung after a rank was killed:\n{output[-4000:]}"
+    assert rc != 0, f"the job succeeded although rank 1 was killed:\n{output[-4000:]}"
+    assert horo_segments() - before == set(), "a killed job left its segment in /dev/shm"
+
+
+def test_an_unknown_transport_is_refused_at_init():
+    code = "import horo\ntry:\n    horo.init()\nexcept horo.HoroError as e:\n    print('refused:', e)\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=str(REPO_ROOT), capture_output=True, text=True,
+                         timeout=120, env=mpi_env({"HORO_TRANSPORT": "carrier-pigeon"})).stdout
+    assert "refused:" in out and "HORO_TRANSPORT='carrier-pigeon'" in out, out
