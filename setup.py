@@ -85,6 +85,8 @@ class CMakeBuild(build_ext):
             # Keyed by the interpreter prefix too: two venvs (or MPIs) never share a CMake cache.
             prefix = hashlib.sha256(sys.prefix.encode()).hexdigest()[:8]
             tag = f"{sys.implementation.cache_tag}-{sys.platform}-{prefix}"
+            if os.environ.get("HORO_SANITIZE"):  # a sanitized build never reuses the plain one's objects
+                tag += "-" + os.environ["HORO_SANITIZE"].replace(",", "-")
             build_dir = Path(__file__).parent.resolve() / "build" / f"cmake-{tag}"
             build_dir.mkdir(parents=True, exist_ok=True)
             self._cmake(ext, build_dir, relocatable=False)
@@ -104,6 +106,8 @@ class CMakeBuild(build_ext):
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
             f"-DCMAKE_BUILD_TYPE={os.environ.get('HORO_BUILD_TYPE', 'Release')}",
         ]
+        if os.environ.get("HORO_SANITIZE"):  # e.g. address,undefined: see CMakeLists.txt
+            args.append(f"-DHORO_SANITIZE={os.environ['HORO_SANITIZE']}")
         mpicc = find_mpicc(mpi_mode())
         if mpicc:
             args.append(f"-DMPI_C_COMPILER={mpicc}")

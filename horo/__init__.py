@@ -6,6 +6,8 @@
 
 Launch with `mpirun -np N python train.py`; without mpirun it is a world of one.
 """
+import logging
+
 from horo.errors import HoroError, HorovodInternalError, HoroValueError
 from horo.allgather import allgather, allgather_async, grouped_allgather, grouped_allgather_async
 from horo.alltoall import alltoall, alltoall_async
@@ -79,3 +81,7 @@ __all__ = [
     "join", "poll", "synchronize", "start_timeline", "stop_timeline",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
 ]
+
+# The core's log lines (stall warnings above all) go to logger "horo" as well as to
+# stderr: applications route them with a handler; by default Python adds no second copy.
+logging.getLogger("horo").addHandler(logging.NullHandler())

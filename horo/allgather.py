@@ -1,13 +1,14 @@
 """allgather: every rank's tensor concatenated along the first dimension,
 which may differ per rank (the other dimensions must match)."""
-from horo.enqueue import allocated, enqueue, tensor_name
+from horo.enqueue import allocated, enqueue, refusing, tensor_name
 from horo.handles import synchronize, synchronize_all
 from horo.tensors import as_array
 
 
 def allgather_async(tensor, name=None, process_set=None):
     name = tensor_name(name, "allgather", process_set)
-    array = as_array(tensor, name)
+    with refusing("allgather", name, process_set):
+        array = as_array(tensor, name)
     if array.ndim == 0:
         array = array.reshape(1)
     return enqueue("allgather", name, array, None, allocated(array.dtype), process_set=process_set)

@@ -2,7 +2,7 @@
 (anything with the buffer protocol or DLPack), with Horovod's signatures."""
 
 from horo import ops
-from horo.enqueue import enqueue, returning, tensor_name
+from horo.enqueue import enqueue, refusing, returning, tensor_name
 from horo.handles import synchronize, synchronize_all
 from horo.tensors import as_array, empty_like
 
@@ -17,7 +17,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Starts an out-of-place allreduce; returns a handle for synchronize()."""
     name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
-    array = as_array(tensor, name)
+    with refusing("allreduce", name, process_set):
+        array = as_array(tensor, name)
     return _enqueue(array, empty_like(array), name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -25,7 +26,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Starts an in-place allreduce of `tensor`; returns a handle for synchronize()."""
     name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
-    array = as_array(tensor, name, in_place=True)
+    with refusing("allreduce", name, process_set):
+        array = as_array(tensor, name, in_place=True)
     # A DLPack/buffer view reduces in place in the caller's memory: hand the caller's object back.
     return _enqueue(array, array, name, op, prescale_factor, postscale_factor, process_set, result=tensor)
 

@@ -3,7 +3,7 @@ what every rank sent it, concatenated in rank order."""
 import numpy as np
 
 from horo import process_sets
-from horo.enqueue import enqueue, tensor_name
+from horo.enqueue import enqueue, refusing, tensor_name
 from horo.handles import synchronize
 from horo.errors import HoroValueError
 from horo.tensors import as_array
@@ -20,7 +20,8 @@ def split_counts(splits, name):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     name = tensor_name(name, "alltoall", process_set)
-    array = as_array(tensor, name)
+    with refusing("alltoall", name, process_set):
+        array = as_array(tensor, name)
     if array.ndim == 0:
         array = array.reshape(1)
     n = process_sets.resolve(process_set, name)[2]

@@ -1,6 +1,7 @@
 """The one path from the Python API into the core: name the tensor, check the
 buffers, describe them, enqueue, and remember what synchronize() returns."""
 import collections
+import contextlib
 import itertools
 
 from horo import dtypes, process_sets
@@ -24,9 +25,24 @@ def tensor_name(name, collective, process_set=None):
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),
             process_set=None):
     """Hands `array` (and `output`, or None for a core-allocated one) to the core; returns the handle."""
+    with refusing(collective, name, process_set):
+        dtype_code = dtypes.code_of(array.dtype, name)
     return submit(collective, name, address(array), 0 if output is None else address(output),
-                  dtypes.code_of(array.dtype, name), array.shape, finish, (array, output), op, prescale, postscale,
+                  dtype_code, array.shape, finish, (array, output), op, prescale, postscale,
                   root, splits, process_set)
+
+
+@contextlib.contextmanager
+def refusing(collective, name, process_set=None):
+    """Argument checks of a named collective: when one fails on this rank, the other
+    ranks hear of it (their namesakes fail too) instead of waiting for this rank forever."""
+    try:
+        yield
+    except Exception as e:
+        set_id = 0 if process_set is None else process_set.process_set_id
+        if set_id is not None and _core.is_initialized():
+            _core.reject(_CODES[collective], name, set_id, str(e))
+        raise
 
 
 def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,

@@ -26,8 +26,12 @@ def synchronize(handle):
         raise HorovodInternalError(f"'{name}': horo was shut down while this collective was pending")
     try:
         result = _core.wait(handle)
-    finally:
-        entry = _outstanding.pop(handle, None)
+    except HoroError:
+        _outstanding.pop(handle, None)
+        raise
+    # Anything else (KeyboardInterrupt, a SIGALRM timeout) left the collective
+    # running: its buffers stay alive and synchronize(handle) may be called again.
+    entry = _outstanding.pop(handle, None)
     return entry[1](result) if entry is not None else None
 
 

@@ -3,7 +3,7 @@ dimension (the first rows % size ranks get one row more, as in Horovod)."""
 import numpy as np
 
 from horo import ops, process_sets
-from horo.enqueue import enqueue, returning, tensor_name
+from horo.enqueue import enqueue, refusing, returning, tensor_name
 from horo.handles import synchronize, synchronize_all
 from horo.tensors import as_array
 
@@ -11,7 +11,8 @@ from horo.tensors import as_array
 def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     name = tensor_name(name, "reducescatter", process_set)
     op = ops.resolve(op, None, name)
-    array = as_array(tensor, name)
+    with refusing("reducescatter", name, process_set):
+        array = as_array(tensor, name)
     _, me, n = process_sets.resolve(process_set, name)
     if array.ndim == 0:
         output = np.empty((0,), dtype=array.dtype)  # never written: the coordinator refuses 0-d on every rank

@@ -3,7 +3,7 @@ Non-root ranks get None back from gather and reduce."""
 import numpy as np
 
 from horo import basics, ops, process_sets
-from horo.enqueue import allocated, enqueue, returning, tensor_name
+from horo.enqueue import allocated, enqueue, refusing, returning, tensor_name
 from horo.handles import synchronize
 from horo.tensors import as_array, empty_like
 
@@ -14,7 +14,8 @@ def _at_least_1d(array):
 
 def gather_async(tensor, root_rank=0, name=None, process_set=None):
     name = tensor_name(name, "gather", process_set)
-    array = _at_least_1d(as_array(tensor, name))
+    with refusing("gather", name, process_set):
+        array = _at_least_1d(as_array(tensor, name))
     finish = allocated(array.dtype)
     return enqueue("gather", name, array, None, lambda result: None if result is None else finish(result),
                    root=root_rank, process_set=process_set)
@@ -27,7 +28,8 @@ def gather(tensor, root_rank=0, name=None, process_set=None):
 
 def scatter_async(tensor, root_rank=0, name=None, process_set=None):
     name = tensor_name(name, "scatter", process_set)
-    array = _at_least_1d(as_array(tensor, name))
+    with refusing("scatter", name, process_set):
+        array = _at_least_1d(as_array(tensor, name))
     _, me, n = process_sets.resolve(process_set, name)
     rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
     output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
@@ -46,7 +48,8 @@ def reduce_async(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, p
                  process_set=None):
     name = tensor_name(name, "reduce", process_set)
     op = ops.resolve(op, None, name)
-    array = as_array(tensor, name)
+    with refusing("reduce", name, process_set):
+        array = as_array(tensor, name)
     output = empty_like(array)
     result = output if basics.rank() == root_rank else None
     return enqueue("reduce", name, array, output, returning(result), op, prescale_factor, postscale_factor,

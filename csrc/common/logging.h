@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sstream>
+#include <string>
 
 namespace horo {
 
@@ -10,6 +11,10 @@ enum LogLevel { kLogError = 0, kLogWarning = 1, kLogInfo = 2, kLogDebug = 3 };
 void set_log_context(int rank, int level);
 bool log_enabled(int level);
 void log_line(int level, const std::string& message);
+// Also hands every printed line to `sink` (the bindings forward them to
+// Python's logging, logger "horo"); null to stop.
+using LogSink = void (*)(int level, const std::string& message);
+void set_log_sink(LogSink sink);
 
 }  // namespace horo
 

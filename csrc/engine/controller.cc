@@ -60,6 +60,14 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
   for (auto& p : pending_) {
     if (p.sent) continue;
     p.cache_bit = -1;
+    if (!p.request.rejection.empty()) {
+      // The refusal must reach the coordinator, and other ranks' namesakes
+      // must go there too instead of waiting on a cache bit this rank never sets.
+      const int cached = cache_.bit_of(p.request.name);
+      if (cached >= 0) clear_bit(words, valid_at, cached);
+      must_negotiate = true;
+      continue;
+    }
     int bit = -1;
     const auto found = cache_.enabled() ? cache_.lookup(p.request, transport_.rank(), transport_.size(), &bit)
                                         : ResponseCache::Lookup::kMiss;
@@ -145,8 +153,16 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
       if (response.kind == Response::Kind::kExecute && response.request.type != CollectiveType::kJoin) {
         cache_.put(response);
       }
+      // A refusal and a later namesake may both be pending: mark the one answered.
+      const bool refused_here = response.kind == Response::Kind::kError &&
+                                std::find(response.per_rank.begin(), response.per_rank.end(), transport_.rank()) !=
+                                    response.per_rank.end();
       for (size_t i = 0; i < pending_.size(); ++i) {
-        if (pending_[i].sent && pending_[i].request.name == response.request.name) ran[i] = true;
+        const Pending& p = pending_[i];
+        if (ran[i] || !p.sent || p.request.name != response.request.name) continue;
+        if (p.request.rejection.empty() == refused_here) continue;
+        ran[i] = true;
+        break;
       }
       cycle.responses.push_back(std::move(response));
     }
@@ -175,25 +191,25 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
         last_joined_ = r;
         continue;
       }
-      auto [it, inserted] = table_.try_emplace(q.name);
-      TableEntry& entry = it->second;
-      if (inserted) {
-        entry.by_rank.resize(n);
-        entry.present.assign(n, false);
-        entry.first_seen = now;
-        table_order_.push_back(q.name);
-      }
-      if (!entry.present[r]) ++entry.count;
-      entry.present[r] = true;  // a resubmission after a stall error replaces the old one
-      entry.by_rank[r] = std::move(q);
+      add_to_table(r, std::move(q), now);
     }
   }
   std::vector<Response> responses;
   size_t keep = 0;
   for (size_t i = 0; i < table_order_.size(); ++i) {
-    const std::string& name = table_order_[i];
+    const std::string name = table_order_[i];  // a copy: replaying later_ appends to table_order_
     auto it = table_.find(name);
     const TableEntry& entry = it->second;
+    if (entry.count == n) {
+      bool any_refused = false;
+      for (const Request& q : entry.by_rank) any_refused |= !q.rejection.empty();
+      if (any_refused) {
+        responses.push_back(refused(name, entry));
+        table_.erase(it);
+        replay_later(name, now);
+        continue;
+      }
+    }
     // Ranks that joined count as having submitted; the others are compared.
     TableEntry present;
     std::vector<int> stand_ins;
@@ -217,6 +233,7 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
         responses.push_back(stand_ins.empty() ? match(name, entry) : match(name, present));
       }
       table_.erase(it);
+      replay_later(name, now);
     } else {
       table_order_[keep++] = name;
     }
@@ -232,6 +249,54 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
     joined_ranks_.assign(n, false);
   }
   return responses;
+}
+
+void Controller::add_to_table(int r, Request q, Clock::time_point now) {
+  const int n = transport_.size();
+  const std::string name = q.name;
+  auto [it, inserted] = table_.try_emplace(name);
+  TableEntry& entry = it->second;
+  if (inserted) {
+    entry.by_rank.resize(n);
+    entry.present.assign(n, false);
+    entry.first_seen = now;
+    table_order_.push_back(name);
+  }
+  if (entry.present[r]) {
+    later_[name].push_back(std::move(q));
+    return;
+  }
+  ++entry.count;
+  entry.present[r] = true;
+  entry.by_rank[r] = std::move(q);
+}
+
+void Controller::replay_later(const std::string& name, Clock::time_point now) {
+  auto it = later_.find(name);
+  if (it == later_.end()) return;
+  std::vector<Request> waiting = std::move(it->second);
+  later_.erase(it);
+  for (Request& q : waiting) add_to_table(q.rank, std::move(q), now);
+}
+
+Response Controller::refused(const std::string& name, const TableEntry& entry) const {
+  Response error;
+  error.kind = Response::Kind::kError;
+  std::vector<int> refusing;
+  std::string why;
+  for (int r = 0; r < static_cast<int>(entry.by_rank.size()); ++r) {
+    const Request& q = entry.by_rank[r];
+    if (q.rejection.empty()) continue;
+    refusing.push_back(r);
+    error.per_rank.push_back(r);
+    if (why.empty()) why = q.rejection;
+  }
+  error.request = entry.by_rank[refusing.front()];
+  error.request.rejection.clear();
+  error.error = std::string(collective_name(error.request.type)) + " '" + name + "': rank(s) " + rank_list(refusing) +
+                " refused it when it was submitted, so it runs on no rank (rank " + std::to_string(refusing.front()) +
+                ": " + why + ")";
+  return error;
 }
 
 Response Controller::match(const std::string& name, const TableEntry& entry) const {
@@ -370,11 +435,16 @@ void Controller::inspect_stalls(std::vector<Response>* errors) {
       Response error;
       error.kind = Response::Kind::kError;
       error.request = entry.by_rank[have.front()];
+      error.request.rejection.clear();
+      for (int r : have) {
+        if (!entry.by_rank[r].rejection.empty()) error.per_rank.push_back(r);
+      }
       error.error = kind + " '" + name + "': rank(s) " + rank_list(missing) + " did not submit it within " +
                     format_scale(shutdown_s) + " s (HORO_STALL_SHUTDOWN_TIME_SECONDS); submitted by rank(s) " +
                     rank_list(have);
       errors->push_back(std::move(error));
       table_.erase(name);
+      replay_later(name, now);
       continue;
     }
     if (check_s > 0 && age > check_s && !entry.warned) {

@@ -58,6 +58,11 @@ class Controller {
   };
 
   std::vector<Response> coordinate(const std::vector<std::string>& gathered);
+  // Files rank r's request under its name, or behind the entry there when r
+  // is already in it (the ranks' n-th submissions of a name meet each other).
+  void add_to_table(int r, Request request, Clock::time_point now);
+  void replay_later(const std::string& name, Clock::time_point now);
+  Response refused(const std::string& name, const TableEntry& entry) const;
   Response match(const std::string& name, const TableEntry& entry) const;
   void inspect_stalls(std::vector<Response>* errors);
   bool stall_shutdown_due() const;
@@ -69,6 +74,9 @@ class Controller {
   std::vector<Pending> pending_;
   std::map<std::string, TableEntry> table_;
   std::vector<std::string> table_order_;  // names in arrival order, for response order
+  // Requests of ranks already in the table's entry for that name, in arrival
+  // order (only refusals make a rank run ahead of the others on one name).
+  std::map<std::string, std::vector<Request>> later_;
   Clock::time_point last_stall_check_;
   bool joined_ = false;
   std::vector<bool> joined_ranks_;  // coordinator

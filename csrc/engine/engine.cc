@@ -13,6 +13,9 @@ namespace horo {
 namespace {
 // How long an idle loop that is woken by any peer's activity sleeps at most.
 constexpr std::chrono::microseconds kIdleWakeup{1000000};
+bool refused_here(const Response& error, int set_rank) {
+  return std::find(error.per_rank.begin(), error.per_rank.end(), set_rank) != error.per_rank.end();
+}
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) : tunables_(tunables) {
@@ -55,8 +58,12 @@ int Engine::enqueue(TensorEntry entry) {
   try {
     queue_.push(std::move(entry));
   } catch (const Error&) {
+    // A name still taken on this rank: the call never happened, here or at the
+    // coordinator (taken names depend on this rank's program alone, so a
+    // program that reuses names the same way on every rank refuses everywhere).
     handles_.complete(handle, "rejected");
-    handles_.wait(handle);  // forgets the handle
+    HandleTable::Result ignored;
+    handles_.wait_for(handle, std::chrono::milliseconds(0), &ignored);  // forgets the handle
     throw;
   }
   // The loop may have stopped between the check and the push; if it has not
@@ -64,10 +71,17 @@ int Engine::enqueue(TensorEntry entry) {
   TensorEntry stranded;
   if (stopped_ && queue_.take(entry_set, name, &stranded)) {
     handles_.complete(handle, "shut down");
-    handles_.wait(handle);  // forgets the handle
+    HandleTable::Result ignored;
+    wait_for(handle, std::chrono::milliseconds(0), &ignored);  // forgets the handle and frees the name
     throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   }
   return handle;
+}
+
+void Engine::reject(Request request, const std::string& why) {
+  if (stopped_) return;  // nobody is waiting for a negotiation any more
+  request.rejection = why.empty() ? "refused" : why;
+  queue_.push_rejection(std::move(request));
 }
 
 void Engine::shutdown() {
@@ -201,6 +215,9 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
     std::vector<std::vector<char>> stand_ins;  // a joined rank's identity contributions
     for (const Response& r : group) {
       TensorEntry e;
+      if (r.kind == Response::Kind::kError && refused_here(r, set.transport->rank())) {
+        continue;  // this rank refused it at submission: a namesake in flight now is a later tensor
+      }
       if (queue_.take(set_id, r.request.name, &e)) {
         entries.push_back(std::move(e));
       } else if (r.kind == Response::Kind::kExecute && r.request.type == CollectiveType::kAllreduce &&

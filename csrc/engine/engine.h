@@ -29,9 +29,17 @@ class Engine {
 
   // Hands a tensor to the background thread; returns its handle at once.
   int enqueue(TensorEntry entry);
+  // Tells the other ranks this rank refused a tensor at submission (bad
+  // argument, duplicate name), so their namesakes fail instead of waiting.
+  void reject(Request request, const std::string& why);
   bool poll(int handle) { return handles_.poll(handle); }
-  // Blocks until the handle completes.
-  HandleTable::Result wait(int handle) { return handles_.wait(handle); }
+  // Waits up to `timeout` for the handle; true (and `result` set) once it completed.
+  // Synchronizing frees the tensor's name for reuse.
+  bool wait_for(int handle, std::chrono::milliseconds timeout, HandleTable::Result* result) {
+    if (!handles_.wait_for(handle, timeout, result)) return false;
+    queue_.release(handle);
+    return true;
+  }
   // Collective in effect: the first rank to ask stops every rank's loop.
   void shutdown();
   bool stopped() const { return stopped_; }

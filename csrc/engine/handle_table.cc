@@ -39,7 +39,7 @@ bool HandleTable::poll(int handle) {
   return it->second.done;
 }
 
-HandleTable::Result HandleTable::wait(int handle) {
+bool HandleTable::wait_for(int handle, std::chrono::milliseconds timeout, Result* result) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = states_.find(handle);
   if (it == states_.end()) throw Error("unknown handle " + std::to_string(handle) + " (already synchronized?)");
@@ -54,10 +54,10 @@ HandleTable::Result HandleTable::wait(int handle) {
     std::this_thread::yield();
     lock.lock();
   }
-  done_cv_.wait(lock, [&] { return state.done; });
-  Result result = std::move(state.result);
+  if (!done_cv_.wait_for(lock, timeout, [&] { return state.done; })) return false;
+  *result = std::move(state.result);
   states_.erase(handle);
-  return result;
+  return true;
 }
 
 }  // namespace horo

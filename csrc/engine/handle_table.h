@@ -24,8 +24,10 @@ class HandleTable {
   void complete(int handle, std::string error, std::shared_ptr<AllocatedOutput> allocated = nullptr);
   // Throws horo::Error for a handle that does not exist (or was synchronised).
   bool poll(int handle);
-  // Blocks until the handle completes, forgets it, returns its result.
-  Result wait(int handle);
+  // Waits up to `timeout` for the handle. Once it has completed: forgets it,
+  // moves its result into `result` and returns true. Callers wait in slices
+  // so a Python signal (Ctrl-C, SIGALRM) can interrupt them in between.
+  bool wait_for(int handle, std::chrono::milliseconds timeout, Result* result);
   void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
 
  private:

@@ -23,6 +23,11 @@ class ResponseCache {
   enum class Lookup { kMiss, kHit, kStale };  // kStale: same name, other signature
   Lookup lookup(const Request& request, int rank, int size, int* bit) const;
 
+  // The bit caching `name`, whatever its signature; -1 if none.
+  int bit_of(const std::string& name) const {
+    auto it = bit_of_name_.find(name);
+    return it == bit_of_name_.end() ? -1 : it->second;
+  }
   const Response& get(int bit) const { return slots_[bit].response; }
   bool contains(int bit) const { return bit < static_cast<int>(slots_.size()) && slots_[bit].used; }
   void touch(int bit);

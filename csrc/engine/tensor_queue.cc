@@ -16,17 +16,36 @@ void TensorQueue::push(TensorEntry entry) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::string& name = entry.request.name;
     const std::string key = key_of(entry.request.process_set, name);
-    if (in_flight_.count(key)) {
+    if (taken_.count(key)) {
       throw ArgumentError(std::string(collective_name(entry.request.type)) + " '" + name +
-                  "': a tensor with this name is already in flight on this rank; synchronize it first "
-                  "or give the new one another name");
+                          "': a tensor with this name is already in flight on this rank (its handle has not been "
+                          "synchronized); synchronize it first or give the new one another name");
     }
+    taken_.emplace(key, entry.handle);
+    key_of_handle_.emplace(entry.handle, key);
     new_requests_.push_back(entry.request);
     new_enqueued_at_.push_back(entry.enqueued_at);
     in_flight_.emplace(key, std::move(entry));
   }
   work_cv_.notify_one();
   notify_on_work();
+}
+
+void TensorQueue::push_rejection(Request request) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    new_requests_.push_back(std::move(request));
+    new_enqueued_at_.push_back(std::chrono::steady_clock::now());
+  }
+  work_cv_.notify_one();
+}
+
+void TensorQueue::release(int handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = key_of_handle_.find(handle);
+  if (it == key_of_handle_.end()) return;
+  taken_.erase(it->second);
+  key_of_handle_.erase(it);
 }
 
 std::vector<Request> TensorQueue::take_new_requests(std::vector<std::chrono::steady_clock::time_point>* enqueued_at) {

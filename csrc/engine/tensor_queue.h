@@ -53,8 +53,15 @@ struct TensorEntry {
 
 class TensorQueue {
  public:
-  // Throws horo::Error when a tensor of the same name is still in flight.
+  // Throws horo::Error when the name is still taken on this rank: from
+  // submission until the caller synchronizes its handle (release()), not
+  // merely until the collective ran, so whether a reuse is refused depends on
+  // the caller's program alone, never on how fast the other ranks were.
   void push(TensorEntry entry);
+  void release(int handle);
+  // A tensor this rank refused at submission (request.rejection says why):
+  // it travels to the coordinator like a request but holds no buffer.
+  void push_rejection(Request request);
   // Requests pushed since the last call, in push order; `enqueued_at`
   // (optional) receives their entries' enqueued_at, in the same order.
   std::vector<Request> take_new_requests(std::vector<std::chrono::steady_clock::time_point>* enqueued_at = nullptr);
@@ -81,6 +88,8 @@ class TensorQueue {
   std::chrono::microseconds spin_{0};
   // Names are unique per process set: the key is (set, name).
   std::unordered_map<std::string, TensorEntry> in_flight_;
+  std::unordered_map<std::string, int> taken_;  // key -> handle
+  std::unordered_map<int, std::string> key_of_handle_;
   std::vector<Request> new_requests_;
   std::vector<std::chrono::steady_clock::time_point> new_enqueued_at_;
   std::mutex on_work_mutex_;

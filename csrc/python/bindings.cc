@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -33,6 +34,19 @@ void require_init() {
   if (!g_engine) throw py::value_error("horo has not been initialized; call horo.init() first");
 }
 
+// Python's logging gets every line the core prints (stall warnings above all),
+// so applications can route them; stderr keeps them too.
+void log_to_python(int level, const std::string& message) {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+  static const int kPythonLevels[] = {40, 30, 20, 10};  // logging.ERROR, WARNING, INFO, DEBUG
+  py::gil_scoped_acquire gil;
+  try {
+    py::module_::import("logging").attr("getLogger")("horo").attr("log")(kPythonLevels[level], message);
+  } catch (py::error_already_set& e) {
+    e.discard_as_unraisable("horo log line");
+  }
+}
+
 void init(int64_t fortran_comm) {
   if (g_engine) return;
   Tunables tunables = Tunables::from_environment();
@@ -49,6 +63,18 @@ void init(int64_t fortran_comm) {
   tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
   auto mpi = std::make_unique<MpiTransport>(ours, TransportSettings::from(tunables));
   g_engine = std::make_shared<Engine>(choose_transport(std::move(mpi)), tunables);
+  set_log_sink(&log_to_python);
+}
+
+// A tensor refused before it reached the queue (bad argument on this rank
+// only, say) is announced to the other ranks, whose namesakes then fail too.
+void reject(int type, const std::string& name, int process_set, const std::string& why) {
+  if (!g_engine || !collective_valid(type)) return;
+  Request request;
+  request.type = static_cast<CollectiveType>(type);
+  request.name = name;
+  request.process_set = process_set;
+  g_engine->reject(std::move(request), why);
 }
 
 void shutdown() {
@@ -64,14 +90,22 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
   require_init();
   if (!collective_valid(type)) throw py::value_error("'" + name + "': unknown collective " + std::to_string(type));
   const std::string kind = collective_name(static_cast<CollectiveType>(type));
-  if (!dtype_valid(dtype)) throw py::type_error(kind + " '" + name + "': unsupported dtype code");
-  if (!op_valid(op)) throw py::value_error(kind + " '" + name + "': unsupported reduction op " + std::to_string(op));
+  if (!dtype_valid(dtype)) {
+    reject(type, name, process_set, "unsupported dtype code " + std::to_string(dtype));
+    throw py::type_error(kind + " '" + name + "': unsupported dtype code");
+  }
+  if (!op_valid(op)) {
+    reject(type, name, process_set, "unsupported reduction op " + std::to_string(op));
+    throw py::value_error(kind + " '" + name + "': unsupported reduction op " + std::to_string(op));
+  }
   const auto collective = static_cast<CollectiveType>(type);
   const bool reduces = collective == CollectiveType::kAllreduce || collective == CollectiveType::kReducescatter ||
                        collective == CollectiveType::kReduce;
   if (reduces && !dtype_reducible(static_cast<DataType>(dtype))) {
-    throw ArgumentError(kind + " '" + name + "': " + dtype_name(static_cast<DataType>(dtype)) +
-                        " tensors cannot be reduced; cast to an integer or float dtype first");
+    const std::string why = std::string(dtype_name(static_cast<DataType>(dtype))) +
+                            " tensors cannot be reduced; cast to an integer or float dtype first";
+    reject(type, name, process_set, why);
+    throw ArgumentError(kind + " '" + name + "': " + why);
   }
   TensorEntry entry;
   entry.request.type = static_cast<CollectiveType>(type);
@@ -94,9 +128,18 @@ py::object wait(int handle) {
   require_init();
   std::shared_ptr<Engine> engine = g_engine;
   HandleTable::Result result;
-  {
-    py::gil_scoped_release release;
-    result = engine->wait(handle);
+  // In slices, checking for Python signals in between: Ctrl-C and SIGALRM
+  // handlers (pytest-timeout's) run, and their exception ends the wait. The
+  // handle stays valid, so synchronize() may be called on it again.
+  constexpr auto kSlice = std::chrono::milliseconds(50);
+  for (;;) {
+    bool done;
+    {
+      py::gil_scoped_release release;
+      done = engine->wait_for(handle, kSlice, &result);
+    }
+    if (done) break;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (!result.allocated) return py::none();
@@ -155,6 +198,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("enqueue", &enqueue, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),
         py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
         py::arg("splits"), py::arg("process_set") = 0, "Hands a collective on raw buffers to the background thread; returns its handle.");
+  m.def("reject", &reject, py::arg("type"), py::arg("name"), py::arg("process_set"), py::arg("why"),
+        "Tells the other ranks this rank refused the named tensor at submission, so theirs fail instead of waiting.");
   m.def("poll", [](int handle) { require_init(); return g_engine->poll(handle); });
   m.def(
       "start_timeline",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/error.h"
 
@@ -64,6 +65,7 @@ class Writer {
     put(q.process_set);
     put(q.root);
     put_ints(q.splits);
+    put_string(q.rejection);
   }
   void put_ints(const std::vector<int64_t>& v) {
     put<uint32_t>(static_cast<uint32_t>(v.size()));
@@ -81,15 +83,15 @@ class Reader {
   bool done() const { return pos_ == in_.size(); }
   template <typename T>
   T get() {
-    if (pos_ + sizeof(T) > in_.size()) throw Error("corrupt control message");
+    if (sizeof(T) > remaining()) throw Error("corrupt control message: truncated");
     T value;
     std::memcpy(&value, in_.data() + pos_, sizeof value);
     pos_ += sizeof value;
     return value;
   }
   std::string get_string() {
-    uint32_t n = get<uint32_t>();
-    if (pos_ + n > in_.size()) throw Error("corrupt control message");
+    const uint32_t n = get<uint32_t>();
+    if (n > remaining()) throw Error("corrupt control message: string longer than the message");
     std::string s = in_.substr(pos_, n);
     pos_ += n;
     return s;
@@ -97,9 +99,10 @@ class Reader {
   Request get_request() {
     Request q;
     q.rank = get<int32_t>();
-    q.type = get<CollectiveType>();
-    q.dtype = get<DataType>();
-    q.op = get<ReduceOp>();
+    q.type = get_enum<CollectiveType>(kNumCollectiveTypes, "collective");
+    q.dtype = get_enum<DataType>(kNumDataTypes, "dtype");
+    q.op = get_enum<ReduceOp>(static_cast<int>(ReduceOp::kProduct) + 1, "reduction op");
+    if (!op_valid(static_cast<int>(q.op))) throw Error("corrupt control message: unsupported reduction op");
     q.prescale = get<double>();
     q.postscale = get<double>();
     q.shape = get_ints();
@@ -107,13 +110,29 @@ class Reader {
     q.process_set = get<int32_t>();
     q.root = get<int32_t>();
     q.splits = get_ints();
+    q.rejection = get_string();
     return q;
   }
+  // The count is checked against the bytes left before anything is
+  // allocated: a hostile length cannot make us reserve gigabytes.
   std::vector<int64_t> get_ints() {
-    std::vector<int64_t> v(get<uint32_t>());
+    const uint32_t n = get<uint32_t>();
+    if (n > remaining() / sizeof(int64_t)) throw Error("corrupt control message: list longer than the message");
+    std::vector<int64_t> v(n);
     for (auto& x : v) x = get<int64_t>();
     return v;
   }
+  // Enums arrive as their underlying byte; a value outside the enum would
+  // index tables out of bounds later on.
+  template <typename E>
+  E get_enum(int count, const char* what) {
+    const auto raw = get<std::underlying_type_t<E>>();
+    if (static_cast<int>(raw) >= count) {
+      throw Error(std::string("corrupt control message: unknown ") + what + " " + std::to_string(raw));
+    }
+    return static_cast<E>(raw);
+  }
+  size_t remaining() const { return in_.size() - pos_; }
 
  private:
   const std::string& in_;
@@ -151,7 +170,7 @@ std::vector<Response> decode_responses(const std::string& bytes) {
   std::vector<Response> out;
   while (!r.done()) {
     Response p;
-    p.kind = r.get<Response::Kind>();
+    p.kind = r.get_enum<Response::Kind>(2, "response kind");
     p.request = r.get_request();
     p.error = r.get_string();
     p.per_rank = r.get_ints();

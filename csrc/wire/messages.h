@@ -23,6 +23,10 @@ struct Request {
   int32_t process_set = 0;      // 0: every rank
   int32_t root = 0;             // broadcast, gather, scatter, reduce (rank within the set)
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  // Non-empty: this rank refused the tensor at submission (why). The refusal
+  // still goes to the coordinator, so the ranks that accepted their namesake
+  // get an error instead of waiting for this rank forever.
+  std::string rejection;
 
   int64_t num_elements() const;
   std::string shape_string() const;
@@ -34,7 +38,8 @@ struct Response {
   Request request;    // the agreed description (rank field unused)
   std::string error;  // kError: the message every rank raises
   // allgather, gather: every rank's first dimension; alltoall: every rank's splits,
-  // row-major (rank r's splits at [r * size, (r + 1) * size)).
+  // row-major (rank r's splits at [r * size, (r + 1) * size)); kError: the ranks
+  // that refused the tensor at submission (they hold no tensor for it).
   std::vector<int64_t> per_rank;
 
   // Whether rank `rank`'s request is one this (cached) response answers:
@@ -42,6 +47,9 @@ struct Response {
   bool answers(const Request& request, int rank, int size) const;
 };
 
+// Decoders throw horo::Error on any malformed input (truncated, trailing
+// bytes, unknown enum values, a length larger than what remains): control
+// messages come from other processes and are never trusted to be well formed.
 std::string encode_requests(const std::vector<Request>& requests);
 std::vector<Request> decode_requests(const std::string& bytes);
 std::string encode_responses(const std::vector<Response>& responses);
