@@ -28,6 +28,10 @@ struct Tunables {
   std::string reducescatter_algo;
   int64_t ring_min_bytes;      // auto: ring at and above this size, MPI below
   int64_t ring_chunk_bytes;
+  // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.
+  std::string hierarchical_allreduce;  // also decides broadcast
+  std::string hierarchical_allgather;
+  int64_t hierarchical_min_bytes;  // auto: two-level at and above this size
   double stall_check_seconds;
   double stall_shutdown_seconds;
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug
