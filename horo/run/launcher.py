@@ -49,7 +49,9 @@ def make_parser(core_rows):
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the command, then run it")
     parser.add_argument("--check-build", action="store_true",
-                        help="show the frameworks, transports and collectives available, and exit")
+                        help="show the frameworks, transports and collectives available, and exit; "
+                        "with -np/-H/--hostfile, also launch the ranks once and show each one's host, "
+                        "local and cross rank")
     tunable_flags.add_tunable_flags(parser, core_rows)
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS ...]",
                         help="what every rank runs, e.g. python train.py")
@@ -116,7 +118,11 @@ def main(argv=None):
 
     if args.check_build:
         sys.stdout.write(check_build.report(args.mpirun or mpi_flavor.find_mpirun()))
-        return 0
+        if args.num_proc is None and not (args.hosts or args.hostfile):
+            return 0
+        sys.stdout.flush()
+        # with ranks to place, also run them once and show the topology horo finds
+        args.program = [sys.executable, "-m", "horo.run.topology"]
     try:
         spec = spec_from_args(args)
         cmd = command.build_command(spec)
