@@ -97,6 +97,10 @@ cmd_up() {
   cmd_down
   mkdir -p "$state"
   local net; net="$(subnet)"
+  if ip -o -4 addr show | grep -q " $net\."; then
+    rm -rf "$state"
+    die "subnet $net.0/24 is in use here already; pick another --name"
+  fi
   ip link add "$bridge" type bridge
   ip addr add "$net.254/24" dev "$bridge"
   ip link set "$bridge" up

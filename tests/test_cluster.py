@@ -5,6 +5,7 @@ on every rank; the user's own MPI (mpi4py) after horo; launched by `horo-run -H`
 `mpirun --host`; a remote rank killed mid-job ends the job with a non-zero exit; cluster
 up/down idempotent. Needs root and network namespaces: skips with the reason otherwise.
 """
+import json
 import os
 import subprocess
 import sys
@@ -80,11 +81,20 @@ def _mpirun_job(env, mode, extra_env=(), launcher="mpirun", timeout=240):
 
 
 @pytest.mark.timeout(300)
-def test_collectives_hierarchical_across_hosts_with_horo_run(cluster):
-    proc, _ = _mpirun_job(cluster, "collectives", [("HORO_HIERARCHICAL_ALLREDUCE", "1")], launcher="horo-run")
+def test_collectives_hierarchical_across_hosts_with_horo_run(cluster, tmp_path):
+    timeline = tmp_path / "timeline.json"
+    proc, _ = _mpirun_job(cluster, "collectives", [("HORO_HIERARCHICAL_ALLREDUCE", "1"),
+                                                    ("HORO_TIMELINE", str(timeline))], launcher="horo-run")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count(": ok") == 6
     assert {f"on h{i}: ok" in proc.stdout for i in (1, 2, 3)} == {True}
+    # the timeline names the topology and the two-level path
+    events = json.loads(timeline.read_text())
+    labels = [e["args"]["labels"] for e in events if e.get("name") == "process_labels"]
+    assert labels and labels[0].startswith("6 ranks = 3 host(s) x 2 local ranks"), labels
+    assert "hierarchical" in labels[0]
+    names = {e["name"] for e in events}
+    assert {"HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLGATHERV"} <= names, names
 
 
 @pytest.mark.timeout(300)
@@ -93,6 +103,17 @@ def test_collectives_flat_across_hosts_with_mpirun(cluster):
                                                     ("HORO_HIERARCHICAL_ALLGATHER", "0")])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count(": ok") == 6
+
+
+@pytest.mark.timeout(300)
+def test_check_build_shows_each_ranks_host_local_and_cross_rank(cluster):
+    env = {**cluster, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [str(Path(sys.executable).parent / "horo-run"), "-np", "6", "-H", "h1:2,h2:2,h3:2", "--check-build"]
+    proc, _ = _run(cmd, env, 240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Topology (6 ranks on 3 host(s), transport hierarchical" in proc.stdout, proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [(r[1], r[2], r[3]) for r in rows] == [(f"h{1 + k // 2}", f"{k % 2}/2", f"{k // 2}/3") for k in range(6)]
 
 
 @pytest.mark.timeout(300)

@@ -41,6 +41,8 @@ struct Tunables {
   // zero when this node runs more ranks than cores, where spinning steals
   // the core the awaited thread needs.
   int spin_microseconds = 0;
+  // Set at init too: ranks, hosts and transport, for the timeline's label.
+  std::string topology;
 
   static Tunables from_environment();
 };

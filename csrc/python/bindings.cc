@@ -48,7 +48,10 @@ void init(int64_t fortran_comm) {
   set_log_context(g_info.rank, tunables.log_level);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
-  g_engine = std::make_shared<Engine>(make_world_transport(ours, g_info, tunables, &g_transport), tunables);
+  std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
+  tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
+                      std::to_string(g_info.local_size) + " local ranks (rank 0's host), transport " + g_transport;
+  g_engine = std::make_shared<Engine>(std::move(world), tunables);
 }
 
 void shutdown() {
