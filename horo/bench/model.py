@@ -6,12 +6,12 @@ A message of m bytes between two ranks takes t(m) = α + β·m. Rank 0 fits α a
 squares on ping-pong times (half the round trip) to a rank on its own host (intra) and to
 a rank on another host (cross). With p ranks, L per host, H = p/L hosts, and m bytes:
 
-    ring (flat):          T = 2(p-1)·α_c + 2(p-1)/p · m · β_c
-        (the ring crosses every host boundary; each host's link carries 2(p-1)/p · m)
+    ring (flat):          T = 2(p-1)·α + 2(p-1)/p · m · β,   α = max(α_c, α_i), β = max(β_c, β_i)
+        (each step is as slow as its slowest hop; each host's link carries 2(p-1)/p · m)
     hierarchical:         T = 2(L-1)·α_i + 2(L-1)/L · m · β_i  +  2(H-1)·α_c + 2(H-1)/H · m · β_c
         (intra reduce-scatter + all-gather, then all L local ranks drive the link at once,
          each with m/L bytes, so the host's link carries 2(H-1)/H · m)
-    tree (recursive doubling): T = ⌈log2 p⌉ · (α_c + m · β_c)
+    tree (recursive doubling): T = ⌈log2 p⌉ · (α + m · β), with the same slowest-hop α, β
 
 and bus bandwidth busbw = 2(p-1)/p · m / T (nccl-tests' convention). The tool prints the
 fit, the measured busbw of horo's allreduce on this job next to the model's prediction for
@@ -64,6 +64,13 @@ def tree_time(p, m, a_c, b_c):
     return math.ceil(math.log2(p)) * (a_c + m * b_c)
 
 
+def slowest_hop(a_c, b_c, a_i, b_i, per_host):
+    """(α, β) of a flat algorithm's step, which crosses both kinds of hop when hosts hold several ranks."""
+    if per_host < 2 or math.isnan(a_i) or math.isnan(b_i):
+        return a_c, b_c
+    return max(a_c, a_i), max(b_c, b_i)
+
+
 def busbw(p, m, seconds):
     return 2 * (p - 1) / p * m / seconds if p > 1 else 0.0
 
@@ -73,10 +80,12 @@ def predictions(fit, m, ranks=RANKS, per_host=PER_HOST, rates=RATES_GBIT):
     rows = []
     for rate in rates:
         b_c = 8 / (rate * 1e9)
+        # a flat algorithm's step is as slow as its slowest hop: the link or the intra-host layer
+        a_flat, b_flat = slowest_hop(fit["alpha_cross"], b_c, fit["alpha_intra"], fit["beta_intra"], per_host)
         for p in ranks:
-            t_ring = ring_time(p, m, fit["alpha_cross"], b_c)
+            t_ring = ring_time(p, m, a_flat, b_flat)
             t_hier = hierarchical_time(p, per_host, m, fit["alpha_intra"], fit["beta_intra"], fit["alpha_cross"], b_c)
-            t_tree = tree_time(p, m, fit["alpha_cross"], b_c)
+            t_tree = tree_time(p, m, a_flat, b_flat)
             rows.append((rate, p, *(busbw(p, m, t) / 1e9 for t in (t_ring, t_hier, t_tree))))
     return rows
 
@@ -187,7 +196,8 @@ def main(argv=None):
     if hosts > 1:
         predicted_t = (hierarchical_time(n, per_host, m, fit["alpha_intra"], fit["beta_intra"], fit["alpha_cross"],
                                          fit["beta_cross"]) if hierarchical
-                       else ring_time(n, m, fit["alpha_cross"], fit["beta_cross"]))
+                       else ring_time(n, m, *slowest_hop(fit["alpha_cross"], fit["beta_cross"], fit["alpha_intra"],
+                                                          fit["beta_intra"], per_host)))
     else:
         predicted_t = ring_time(n, m, fit["alpha_intra"], fit["beta_intra"])
     measured = {"ranks": n, "hosts": hosts, "per_host": per_host, "algorithm": "hierarchical" if hierarchical else "ring",
