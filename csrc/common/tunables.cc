@@ -33,6 +33,14 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SHM_SMALL_BYTES", "", "16384",
        "shared-memory allreduce at or below this size: one step, every rank reduces the whole buffer "
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
+      {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
+       "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
+       "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
+       "from HORO_HIERARCHICAL_MIN_BYTES up"},
+      {"HORO_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", "auto",
+       "auto | 0 | 1: allgather across hosts as a cross-host allgather among ranks of one local rank, then intra-host"},
+      {"HORO_HIERARCHICAL_MIN_BYTES", "", "65536",
+       "auto picks the hierarchical (two-level) collectives at and above this many bytes"},
       {"HORO_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
        "warn about tensors some ranks have submitted and others have not after this long; 0 disables"},
       {"HORO_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "0",
@@ -87,6 +95,16 @@ std::string algorithm(const char* env) {
   return value;
 }
 
+std::string switch_mode(const char* env) {
+  std::string value = lookup(env);
+  if (value == "true" || value == "True" || value == "TRUE") value = "1";
+  if (value == "false" || value == "False" || value == "FALSE") value = "0";
+  if (value != "auto" && value != "0" && value != "1") {
+    throw Error(std::string(env) + "='" + value + "' must be auto, 0 or 1");
+  }
+  return value;
+}
+
 int log_level_from(const std::string& given) {
   // Horovod's levels in any case (trace, debug, info, warning, error, fatal) or a number.
   std::string text = given;
@@ -121,6 +139,9 @@ Tunables Tunables::from_environment() {
   if (t.shm_chunk_bytes < 4096) t.shm_chunk_bytes = 4096;
   t.shm_small_bytes = static_cast<int64_t>(number("HORO_SHM_SMALL_BYTES"));
   if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
+  t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
+  t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");
+  t.hierarchical_min_bytes = static_cast<int64_t>(number("HORO_HIERARCHICAL_MIN_BYTES"));
   t.stall_check_seconds = number("HORO_STALL_CHECK_TIME_SECONDS");
   if (number("HORO_STALL_CHECK_DISABLE") != 0) t.stall_check_seconds = 0;
   t.stall_shutdown_seconds = number("HORO_STALL_SHUTDOWN_TIME_SECONDS");

@@ -31,6 +31,10 @@ struct Tunables {
   std::string transport;      // auto | shm | mpi (transport/transport_choice.h)
   int64_t shm_chunk_bytes;    // one half-slot of the shared segment
   int64_t shm_small_bytes;    // shm allreduce at or below: one step, every rank reduces all
+  // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.
+  std::string hierarchical_allreduce;  // also decides broadcast
+  std::string hierarchical_allgather;
+  int64_t hierarchical_min_bytes;  // auto: two-level at and above this size
   double stall_check_seconds;
   double stall_shutdown_seconds;
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug
@@ -43,6 +47,8 @@ struct Tunables {
   // zero when this node runs more ranks than cores, where spinning steals
   // the core the awaited thread needs.
   int spin_microseconds = 0;
+  // Set at init too: ranks, hosts and transport, for the timeline's label.
+  std::string topology;
 
   static Tunables from_environment();
 };

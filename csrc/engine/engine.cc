@@ -22,6 +22,7 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   queue_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
   handles_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
   rank_ = transport->rank();
+  timeline_.set_topology(tunables_.topology);
   if (!tunables_.timeline_path.empty() && rank_ == 0) {
     try {
       timeline_.start(tunables_.timeline_path, tunables_.timeline_mark_cycles);

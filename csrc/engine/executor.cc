@@ -62,13 +62,15 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
 
 void Executor::reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale) {
   const int64_t t = timeline_.activity_start();
-  if (ring_for(tunables_.allreduce_algo, count * dtype_size(dtype)) ||
+  const size_t bytes = count * dtype_size(dtype);
+  const bool two_level = transport_.two_level_allreduce(bytes);
+  if ((!two_level && ring_for(tunables_.allreduce_algo, bytes)) ||
       !transport_.native_allreduce(input, output, count, dtype, op)) {
     ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, output, dtype, op, scale);
     timeline_.activity("RING_ALLREDUCE", t);
   } else {
     scale_buffer(dtype, output, count, scale);
-    timeline_.activity(native("MPI_ALLREDUCE", "SHM_ALLREDUCE"), t);
+    timeline_.activity(two_level ? "HIERARCHICAL_ALLREDUCE" : native("MPI_ALLREDUCE", "SHM_ALLREDUCE"), t);
   }
 }
 
@@ -197,8 +199,9 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   }
   // Measured (benchmarks/collectives_busbw.py): with two ranks the ring's one
   // step is just MPI's exchange in chunks, and loses; from three it wins.
-  const bool ring = tunables_.allgather_algo == "ring" ||
-                    (transport_.size() > 2 && ring_for(tunables_.allgather_algo, layout.total() * esize));
+  const bool two_level = transport_.two_level_allgather(layout.total() * esize);
+  const bool ring = !two_level && (tunables_.allgather_algo == "ring" ||
+                                   (transport_.size() > 2 && ring_for(tunables_.allgather_algo, layout.total() * esize)));
   t = timeline_.activity_start();
   if (ring) {
     ring_.allgather(transport_, layout, mine, buf, dtype);
@@ -207,7 +210,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     std::vector<size_t> bytes;
     for (size_t c : layout.count) bytes.push_back(c * esize);
     transport_.native_allgatherv(mine, buf, bytes);
-    timeline_.activity(native("MPI_ALLGATHERV", "SHM_ALLGATHERV"), t);
+    timeline_.activity(two_level ? "HIERARCHICAL_ALLGATHERV" : native("MPI_ALLGATHERV", "SHM_ALLGATHERV"), t);
   }
   if (!fused) return;
   t = timeline_.activity_start();

@@ -294,6 +294,11 @@ void Timeline::write_batch(std::vector<Event>& events, std::vector<std::pair<int
     append_json_string(out, name);
     out += "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(id) +
            ",\"args\":{\"sort_index\":" + std::to_string(id) + "}}";
+    if (id == 0 && !topology_.empty()) {
+      out += ",\n{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":0,\"args\":{\"labels\":";
+      append_json_string(out, topology_);
+      out += "}}";
+    }
   }
   auto number = [&](int64_t v) {
     char buf[24];

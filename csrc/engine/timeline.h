@@ -49,6 +49,9 @@ class Timeline {
   // the file cannot be opened. stop() with `engine_running` waits (briefly)
   // until the background thread has handed over what it recorded.
   void start(const std::string& path, bool mark_cycles);
+  // Where this job runs (ranks, hosts, transport): a label on row 0 of every
+  // trace. Set once, before the first start().
+  void set_topology(std::string topology) { topology_ = std::move(topology); }
   void stop(bool engine_running);
   // Cheap enough for the enqueue path: one relaxed load.
   bool recording() const { return active_.load(std::memory_order_relaxed); }
@@ -116,6 +119,7 @@ class Timeline {
   std::atomic<uint64_t> session_{0};
   Clock::time_point origin_;
   bool mark_cycles_ = false;
+  std::string topology_;
 
   // Writer thread.
   std::thread writer_;

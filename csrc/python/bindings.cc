@@ -20,6 +20,7 @@
 #include "transport/mpi_context.h"
 #include "transport/mpi_transport.h"
 #include "transport/transport_choice.h"
+#include "transport/world_transport.h"
 
 namespace py = pybind11;
 using namespace horo;
@@ -29,6 +30,7 @@ namespace {
 // Shared: a thread blocked in wait() keeps the engine alive while another shuts it down.
 std::shared_ptr<Engine> g_engine;
 ProcessInfo g_info;
+std::string g_transport = "none";  // what carries the global set (world_transport.h)
 
 void require_init() {
   if (!g_engine) throw py::value_error("horo has not been initialized; call horo.init() first");
@@ -61,8 +63,10 @@ void init(int64_t fortran_comm) {
   set_log_context(g_info.rank, tunables.log_level);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
-  auto mpi = std::make_unique<MpiTransport>(ours, TransportSettings::from(tunables));
-  g_engine = std::make_shared<Engine>(choose_transport(std::move(mpi)), tunables);
+  std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
+  tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
+                      std::to_string(g_info.local_size) + " local ranks (rank 0's host), transport " + g_transport;
+  g_engine = std::make_shared<Engine>(std::move(world), tunables);
   set_log_sink(&log_to_python);
 }
 
@@ -193,6 +197,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_size", [] { require_init(); return g_info.local_size; });
   m.def("cross_rank", [] { require_init(); return g_info.cross_rank; });
   m.def("cross_size", [] { require_init(); return g_info.cross_size; });
+  m.def("transport", [] { require_init(); return g_transport; });
   m.def("mpi_threads_supported", [] { require_init(); return g_info.threads_multiple; });
 
   m.def("enqueue", &enqueue, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),

@@ -1,6 +1,7 @@
 #include "transport/mpi_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <thread>
@@ -61,6 +62,12 @@ MPI_Op mpi_op(ReduceOp op, bool* ok) {
 // background thread. Most waits (a ring chunk, a coordination round) end within
 // tens of microseconds: spin through those, then poll with yields (a runnable
 // compute thread gets the core), then with short sleeps (a late peer costs little).
+// Across hosts the sleeps are off: with Open MPI 5's TCP BTL, a user thread
+// blocked in MPI (mpi4py's COMM_WORLD.Barrier()) never returned while this
+// thread slept between tests; yielding instead lets both finish
+// (tests/test_cluster.py reproduces it on namespaced hosts).
+std::atomic<bool> g_waits_may_sleep{true};
+
 void wait_politely(MPI_Request* requests, int count) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -72,7 +79,7 @@ void wait_politely(MPI_Request* requests, int count) {
     if (done) return;
     const auto now = clock::now();
     if (now < spin_until) continue;
-    if (now < yield_until) {
+    if (now < yield_until || !g_waits_may_sleep.load(std::memory_order_relaxed)) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -81,6 +88,8 @@ void wait_politely(MPI_Request* requests, int count) {
 }
 
 }  // namespace
+
+void set_mpi_waits_may_sleep(bool may_sleep) { g_waits_may_sleep = may_sleep; }
 
 MpiTransport::MpiTransport(MPI_Comm comm, TransportSettings settings) : comm_(comm), settings_(std::move(settings)) {
   HORO_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));

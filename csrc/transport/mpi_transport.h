@@ -56,6 +56,10 @@ class MpiTransport : public Transport {
   std::vector<int> free_slots_;
 };
 
+// Whether waits on MPI requests may sleep once they have spun and yielded for
+// a while (process-wide; off for jobs that span hosts, see mpi_transport.cc).
+void set_mpi_waits_may_sleep(bool may_sleep);
+
 // Throws horo::Error naming the MPI call when it fails.
 void mpi_check(int code, const char* call);
 

@@ -35,6 +35,12 @@ class Transport {
   virtual void wait(int slot) = 0;
   virtual void wait_all() = 0;
 
+  // Whether native_allreduce / native_allgatherv of `bytes` run a two-level
+  // (intra-host, then cross-host) algorithm that beats the executor's flat
+  // ring; the executor then calls them instead of the ring.
+  virtual bool two_level_allreduce(size_t /*bytes*/) const { return false; }
+  virtual bool two_level_allgather(size_t /*bytes*/) const { return false; }
+
   // The transport's own all-reduce (output may equal input). Returns false
   // when it cannot reduce this dtype/op correctly (the caller uses the ring).
   virtual bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) = 0;

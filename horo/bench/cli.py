@@ -8,6 +8,9 @@ over all ranks and iterations, that differ from the NumPy reference). --baseline
 collective (mpi4py) and a ratio column (MPI time / horo time: above 1, horo is faster).
 The exit status is 1 when any result was wrong.
 
+`horo-bench model [--plot PNG]` fits an α–β cost model on the job's links (intra- and cross-host)
+and predicts allreduce busbw at 8-1024 ranks (see horo/bench/model.py for the equations).
+
 `horo-bench fused [--model module:attr] [--baseline]` times a whole model's gradient allreduce
 with tensor fusion on and off instead (see horo/bench/fused.py, `horo-bench fused --help`).
 """
@@ -63,6 +66,10 @@ def main(argv=None):
         from horo.bench import fused
 
         return fused.main(argv[1:])
+    if argv[:1] == ["model"]:
+        from horo.bench import model
+
+        return model.main(argv[1:])
     args = parse_args(argv)
     if args.algo is not None:  # read by horo.init(): must be set before it
         for var in ALGO_VARS:

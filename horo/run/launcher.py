@@ -51,7 +51,9 @@ def make_parser(core_rows):
     parser.add_argument("--mpi", action="store_true", help="accepted for horovodrun compatibility (MPI is the "
                         "only controller)")
     parser.add_argument("--check-build", action="store_true",
-                        help="show the frameworks, transports and collectives available, and exit")
+                        help="show the frameworks, transports and collectives available, and exit; "
+                        "with -np/-H/--hostfile, also launch the ranks once and show each one's host, "
+                        "local and cross rank")
     parser.add_argument("--start-timeout", type=float, metavar="SECONDS",
                         help="accepted for horovodrun compatibility and not applied: mpirun starts the ranks "
                         "itself and reports ranks that fail to start")
@@ -121,7 +123,11 @@ def main(argv=None):
 
     if args.check_build:
         sys.stdout.write(check_build.report(args.mpirun or mpi_flavor.find_mpirun()))
-        return 0
+        if args.num_proc is None and not (args.hosts or args.hostfile):
+            return 0
+        sys.stdout.flush()
+        # with ranks to place, also run them once and show the topology horo finds
+        args.program = [sys.executable, "-m", "horo.run.topology"]
     try:
         spec = spec_from_args(args)
         cmd = command.build_command(spec)
