@@ -1,7 +1,7 @@
 """alltoall: rank r sends splits[j] rows of its tensor to rank j and receives
 what every rank sent it, concatenated in rank order."""
 from horo import process_sets
-from horo.enqueue import enqueue, tensor_name
+from horo.enqueue import allocated, enqueue, tensor_name
 from horo.handles import synchronize
 from horo.tensors import as_array
 
@@ -19,11 +19,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
         # Checked by the coordinator, so a bad split fails every rank, not just this one.
         send = [int(s) for s in splits]
     want_splits = splits is not None
+    rows_of = allocated(array.dtype, array)
 
     def finish(core_result):
-        data, shape, received = core_result[:3]
-        output = data.view(array.dtype).reshape(shape)
-        return (output, received) if want_splits else output
+        output = rows_of(core_result)
+        return (output, core_result[2]) if want_splits else output
 
     return enqueue("alltoall", name, array, None, finish, splits=send, process_set=process_set)
 

@@ -1,12 +1,13 @@
 """Async handles: what the core returns at enqueue, and what synchronize() hands back."""
 from horo._native import HoroError, _core
 
-# handle -> (tensor name, finish(core_result) -> user result, objects to keep alive until completion)
+# handle -> (tensor name, finish(core_result) -> user result, objects to keep alive until completion,
+#            GPU tensors: caller_stream() -> the stream to make wait for the results, else None)
 _outstanding = {}
 
 
-def track(handle, name, finish, keepalive):
-    _outstanding[handle] = (name, finish, keepalive)
+def track(handle, name, finish, keepalive, caller_stream=None):
+    _outstanding[handle] = (name, finish, keepalive, caller_stream)
     return handle
 
 
@@ -22,8 +23,10 @@ def synchronize(handle):
     if handle in _outstanding and not _core.is_initialized():
         name = _outstanding.pop(handle)[0]
         raise HoroError(f"'{name}': horo was shut down while this collective was pending")
+    entry = _outstanding.get(handle)
     try:
-        result = _core.wait(handle)
+        stream = entry[3]() if entry is not None and entry[3] is not None else 0
+        result = _core.wait(handle, stream)
     finally:
         entry = _outstanding.pop(handle, None)
     return entry[1](result) if entry is not None else None

@@ -1,11 +1,10 @@
 """reducescatter: reduce across ranks, then rank r keeps its share of the first
 dimension (the first rows % size ranks get one row more, as in Horovod)."""
-import numpy as np
 
 from horo import ops, process_sets
 from horo.enqueue import enqueue, returning, tensor_name
 from horo.handles import synchronize, synchronize_all
-from horo.tensors import as_array
+from horo.tensors import as_array, empty
 
 
 def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
@@ -16,7 +15,7 @@ def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postsca
         array = array.reshape(1)
     _, me, n = process_sets.resolve(process_set, name)
     rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
-    output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
+    output = empty((rows, *array.shape[1:]), array.dtype, like=array)
     return enqueue("reducescatter", name, array, output, returning(output), op, prescale_factor, postscale_factor,
                    process_set=process_set)
 

@@ -32,6 +32,13 @@ const std::vector<TunableSpec>& tunable_specs() {
        "rank 0 writes a Chrome trace (Perfetto) of every tensor's phases to this file; empty: off"},
       {"HORO_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0",
        "1: the timeline also marks each background cycle that ran something"},
+      {"HORO_GPU_TRANSPORT", "", "auto",
+       "GPU tensors: nccl | mpi (staged through pinned host memory) | auto (NCCL when it loads and each rank "
+       "has a GPU of its own, else mpi)"},
+      {"HORO_NCCL_LIB", "", "",
+       "path of libnccl.so.2 to load; unset: one already loaded, the nvidia-nccl-cu13/cu12 wheel, the system's"},
+      {"HORO_CUDART_LIB", "", "",
+       "path of libcudart to load; unset: one already loaded, the nvidia-cuda-runtime wheel, the system's"},
   };
   return specs;
 }
@@ -80,6 +87,8 @@ int log_level_from(const std::string& text) {
 
 }  // namespace
 
+std::string tunable_value(const char* env) { return lookup(env); }
+
 Tunables Tunables::from_environment() {
   Tunables t;
   t.fusion_threshold_bytes = static_cast<int64_t>(number("HORO_FUSION_THRESHOLD"));
@@ -97,6 +106,10 @@ Tunables Tunables::from_environment() {
   t.log_level = log_level_from(lookup("HORO_LOG_LEVEL"));
   t.timeline_path = lookup("HORO_TIMELINE");
   t.timeline_mark_cycles = number("HORO_TIMELINE_MARK_CYCLES") != 0;
+  t.gpu_transport = lookup("HORO_GPU_TRANSPORT");
+  if (t.gpu_transport != "auto" && t.gpu_transport != "nccl" && t.gpu_transport != "mpi") {
+    throw Error("HORO_GPU_TRANSPORT='" + t.gpu_transport + "' must be nccl, mpi or auto");
+  }
   if (t.fusion_threshold_bytes < 0) t.fusion_threshold_bytes = 0;
   if (t.cache_capacity < 0) t.cache_capacity = 0;
   if (t.cycle_time_ms < 0) t.cycle_time_ms = 0;

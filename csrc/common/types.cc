@@ -41,6 +41,8 @@ bool dtype_is_float(DataType dtype) {
 
 bool dtype_valid(int code) { return code >= 0 && code < kNumDataTypes; }
 
+const char* memory_name(Memory memory) { return memory == Memory::kCuda ? "CUDA device" : "host"; }
+
 const char* op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage: return "Average";

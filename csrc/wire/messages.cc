@@ -16,7 +16,7 @@ int64_t Request::num_elements() const {
 bool Response::answers(const Request& q, int rank, int size) const {
   const Request& p = request;
   if (q.type != p.type || q.dtype != p.dtype || q.op != p.op || q.prescale != p.prescale ||
-      q.postscale != p.postscale || q.root != p.root || q.name != p.name ||
+      q.postscale != p.postscale || q.root != p.root || q.name != p.name || q.memory != p.memory ||
       (q.type != CollectiveType::kAlltoall && q.splits != p.splits)) {
     return false;
   }
@@ -64,6 +64,7 @@ class Writer {
     put(q.process_set);
     put(q.root);
     put_ints(q.splits);
+    put(q.memory);
   }
   void put_ints(const std::vector<int64_t>& v) {
     put<uint32_t>(static_cast<uint32_t>(v.size()));
@@ -107,6 +108,8 @@ class Reader {
     q.process_set = get<int32_t>();
     q.root = get<int32_t>();
     q.splits = get_ints();
+    q.memory = get<Memory>();
+    if (q.memory != Memory::kHost && q.memory != Memory::kCuda) throw Error("corrupt control message");
     return q;
   }
   std::vector<int64_t> get_ints() {

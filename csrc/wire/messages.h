@@ -23,6 +23,7 @@ struct Request {
   int32_t process_set = 0;      // 0: every rank
   int32_t root = 0;             // broadcast, gather, scatter, reduce (rank within the set)
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  Memory memory = Memory::kHost;
 
   int64_t num_elements() const;
   std::string shape_string() const;

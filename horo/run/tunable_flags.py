@@ -52,6 +52,8 @@ TUNABLE_FLAGS = (
                 "core log level", choices=("error", "warning", "info", "debug")),
     TunableFlag("--allreduce-algo", "HORO_ALLREDUCE_ALGO", "ALGO", str.lower, str,
                 "all-reduce algorithm", choices=("ring", "mpi", "auto")),
+    TunableFlag("--gpu-transport", "HORO_GPU_TRANSPORT", "TRANSPORT", str.lower, str,
+                "how GPU tensors move", choices=("nccl", "mpi", "auto")),
 )
 
 

@@ -229,7 +229,7 @@ def _reducescatter_checked(t, name, op, process_set, prescale_factor, postscale_
         t = t.reshape(1)
     _, me, n = process_sets.resolve(process_set, name)
     rows = t.shape[0] // n + (1 if me < t.shape[0] % n else 0)
-    output = torch.empty((rows, *t.shape[1:]), dtype=t.dtype)
+    output = torch.empty((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
     return enqueue("reducescatter", name, t, output, returning(output), op, prescale_factor, postscale_factor,
                    process_set=process_set)
 
