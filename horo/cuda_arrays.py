@@ -115,7 +115,10 @@ def as_cuda_buffer(obj, name, in_place=False):
     if in_place and read_only:
         raise ValueError(f"'{name}': an in-place collective needs a writable tensor, this one is read-only")
     kind = "cupy" if type(obj).__module__.startswith("cupy") else None
-    device = getattr(getattr(obj, "device", None), "id", None)
+    owner_device = getattr(obj, "device", None)
+    device = getattr(owner_device, "id", None)  # CuPy
+    if device is None:
+        device = getattr(owner_device, "index", None)  # torch
     if device is None:
         device = _core.cuda_current_device()
     stream = iface.get("stream") or 0  # CAI v3: None means no stream to wait on; 0 is the legacy default

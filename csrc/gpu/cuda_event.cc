@@ -23,4 +23,8 @@ void CudaEvent::make_wait(cuda::Stream stream) const {
   cuda::check(cuda::api().cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
 }
 
+void CudaEvent::synchronize() const {
+  cuda::check(cuda::api().cudaEventSynchronize(event_), "cudaEventSynchronize");
+}
+
 }  // namespace horo

@@ -413,6 +413,10 @@ void GpuExecutor::reduce_to_root(TensorEntry& e) {
 
 void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
   const int n = control_.size(), me = control_.rank();
+  if (group.size() == 1 && entries.front().request.type == CollectiveType::kAllreduce &&
+      elements(entries.front().request.shape) * dtype_size(entries.front().request.dtype) > 2 * kStagingChunkBytes) {
+    return staged_allreduce_pipelined(group.front(), entries.front());
+  }
   // One pinned arena: every input, then every output, each at its own offset.
   std::vector<size_t> in_bytes, out_bytes;
   size_t total = 0;
@@ -462,6 +466,40 @@ void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorE
   // The pinned arena and the host outputs are reused or freed once this returns.
   cuda::check(cuda::api().cudaStreamSynchronize(stream_), "cudaStreamSynchronize (staging to device)");
   timeline_.activity("MEMCPY_HOST_TO_DEVICE", t);
+}
+
+void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, TensorEntry& e) {
+  // Chunk k+1 travels device-to-host on the stream while the host reduces chunk k over MPI;
+  // one stream keeps each chunk's copy back ahead of the copy that reuses its pinned half.
+  // Every rank cuts the same chunks (from the agreed size), so the collectives match.
+  const size_t esize = dtype_size(e.request.dtype);
+  const size_t total = elements(e.request.shape);
+  const size_t chunk = std::max<size_t>(1, kStagingChunkBytes / esize);
+  const size_t chunks = (total + chunk - 1) / chunk;
+  char* pinned = pinned_.reserve(2 * chunk * esize);
+  std::vector<std::unique_ptr<CudaEvent>> arrived(chunks);
+  auto fetch = [&](size_t k) {
+    const size_t count = std::min(chunk, total - k * chunk);
+    copy(pinned + (k % 2) * chunk * esize, static_cast<const char*>(e.input) + k * chunk * esize, count * esize);
+    arrived[k] = std::make_unique<CudaEvent>(device_, stream_);
+  };
+  const int64_t t = timeline_.activity_start();
+  fetch(0);
+  for (size_t k = 0; k < chunks; ++k) {
+    if (k + 1 < chunks) fetch(k + 1);
+    arrived[k]->synchronize();
+    const size_t count = std::min(chunk, total - k * chunk);
+    std::vector<Response> one{agreed};
+    one.front().request.shape = {static_cast<int64_t>(count)};
+    one.front().request.memory = Memory::kHost;
+    std::vector<TensorEntry> host(1);
+    host.front().request = one.front().request;
+    host.front().input = host.front().output = pinned + (k % 2) * chunk * esize;
+    host_.run(one, host);
+    copy(static_cast<char*>(e.output) + k * chunk * esize, host.front().output, count * esize);
+  }
+  cuda::check(cuda::api().cudaStreamSynchronize(stream_), "cudaStreamSynchronize (staging to device)");
+  timeline_.activity("STAGED_PIPELINE", t);
 }
 
 void GpuExecutor::finish(std::vector<TensorEntry>& entries) {
