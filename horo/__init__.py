@@ -58,6 +58,7 @@ from horo.build_info import (
     nccl_built,
     rocm_built,
 )
+from horo.gpu import gpu_available, gpu_info, nccl_version
 from horo.handles import poll, synchronize
 from horo.timeline import start_timeline, stop_timeline
 from horo.ops import Adasum, Average, Max, Min, Product, Sum
@@ -78,7 +79,7 @@ __all__ = [
     "broadcast_object", "allgather_object",
     "gather", "gather_async", "scatter", "scatter_async", "reduce", "reduce_async",
     "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
-    "join", "poll", "synchronize", "start_timeline", "stop_timeline",
+    "join", "poll", "synchronize", "gpu_available", "gpu_info", "nccl_version", "start_timeline", "stop_timeline",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
 ]
 

@@ -11,7 +11,7 @@ def allgather_async(tensor, name=None, process_set=None):
         array = as_array(tensor, name)
     if array.ndim == 0:
         array = array.reshape(1)
-    return enqueue("allgather", name, array, None, allocated(array.dtype), process_set=process_set)
+    return enqueue("allgather", name, array, None, allocated(array.dtype, array), process_set=process_set)
 
 
 def allgather(tensor, name=None, process_set=None):

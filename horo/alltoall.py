@@ -3,7 +3,7 @@ what every rank sent it, concatenated in rank order."""
 import numpy as np
 
 from horo import process_sets
-from horo.enqueue import enqueue, refusing, tensor_name
+from horo.enqueue import allocated, enqueue, refusing, tensor_name
 from horo.handles import synchronize
 from horo.errors import HoroValueError
 from horo.tensors import as_array
@@ -33,11 +33,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     else:
         send = split_counts(splits, name)
     want_splits = splits is not None
+    rows_of = allocated(array.dtype, array)
 
     def finish(core_result):
-        data, shape, received = core_result[:3]
-        output = data.view(array.dtype).reshape(shape)
-        return (output, received) if want_splits else output
+        output = rows_of(core_result)
+        return (output, core_result[2]) if want_splits else output
 
     return enqueue("alltoall", name, array, None, finish, splits=send, process_set=process_set)
 

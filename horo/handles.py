@@ -1,13 +1,14 @@
 """Async handles: what the core returns at enqueue, and what synchronize() hands back."""
 from horo._native import _core
-from horo.errors import HorovodInternalError
+from horo.errors import HoroError, HorovodInternalError
 
-# handle -> (tensor name, finish(core_result) -> user result, objects to keep alive until completion)
+# handle -> (tensor name, finish(core_result) -> user result, objects to keep alive until completion,
+#            GPU tensors: caller_stream() -> the stream to make wait for the results, else None)
 _outstanding = {}
 
 
-def track(handle, name, finish, keepalive):
-    _outstanding[handle] = (name, finish, keepalive)
+def track(handle, name, finish, keepalive, caller_stream=None):
+    _outstanding[handle] = (name, finish, keepalive, caller_stream)
     return handle
 
 
@@ -24,8 +25,10 @@ def synchronize(handle):
     if handle in _outstanding and not _core.is_initialized():
         name = _outstanding.pop(handle)[0]
         raise HorovodInternalError(f"'{name}': horo was shut down while this collective was pending")
+    entry = _outstanding.get(handle)
+    stream = entry[3]() if entry is not None and entry[3] is not None else 0
     try:
-        result = _core.wait(handle)
+        result = _core.wait(handle, stream)
     except HoroError:
         _outstanding.pop(handle, None)
         raise

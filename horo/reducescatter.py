@@ -1,11 +1,10 @@
 """reducescatter: reduce across ranks, then rank r keeps its share of the first
 dimension (the first rows % size ranks get one row more, as in Horovod)."""
-import numpy as np
 
 from horo import ops, process_sets
 from horo.enqueue import enqueue, refusing, returning, tensor_name
 from horo.handles import synchronize, synchronize_all
-from horo.tensors import as_array
+from horo.tensors import as_array, empty
 
 
 def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
@@ -15,10 +14,10 @@ def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postsca
         array = as_array(tensor, name)
     _, me, n = process_sets.resolve(process_set, name)
     if array.ndim == 0:
-        output = np.empty((0,), dtype=array.dtype)  # never written: the coordinator refuses 0-d on every rank
+        output = empty((0,), array.dtype, like=array)  # never written: the coordinator refuses 0-d on every rank
     else:
         rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
-        output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
+        output = empty((rows, *array.shape[1:]), array.dtype, like=array)
     return enqueue("reducescatter", name, array, output, returning(output), op, prescale_factor, postscale_factor,
                    process_set=process_set)
 

@@ -1,11 +1,10 @@
 """Collectives with a root rank: gather to it, scatter from it, reduce to it.
 Non-root ranks get None back from gather and reduce."""
-import numpy as np
 
 from horo import basics, ops, process_sets
 from horo.enqueue import allocated, enqueue, refusing, returning, tensor_name
 from horo.handles import synchronize
-from horo.tensors import as_array, empty_like
+from horo.tensors import as_array, empty, empty_like
 
 
 def _at_least_1d(array):
@@ -16,7 +15,7 @@ def gather_async(tensor, root_rank=0, name=None, process_set=None):
     name = tensor_name(name, "gather", process_set)
     with refusing("gather", name, process_set):
         array = _at_least_1d(as_array(tensor, name))
-    finish = allocated(array.dtype)
+    finish = allocated(array.dtype, array)
     return enqueue("gather", name, array, None, lambda result: None if result is None else finish(result),
                    root=root_rank, process_set=process_set)
 
@@ -32,7 +31,7 @@ def scatter_async(tensor, root_rank=0, name=None, process_set=None):
         array = _at_least_1d(as_array(tensor, name))
     _, me, n = process_sets.resolve(process_set, name)
     rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
-    output = np.empty((rows, *array.shape[1:]), dtype=array.dtype)
+    output = empty((rows, *array.shape[1:]), array.dtype, like=array)
     return enqueue("scatter", name, array, output, returning(output),
                    root=root_rank, process_set=process_set)
 

@@ -2,12 +2,16 @@
 import numpy as np
 
 from horo.errors import HoroValueError
+from horo import cuda_arrays
 
 
 def as_array(tensor, name, in_place=False):
-    """A C-contiguous ndarray viewing `tensor`'s memory (never a copy)."""
+    """A C-contiguous ndarray viewing `tensor`'s memory (never a copy); for CUDA
+    arrays (CuPy, `__cuda_array_interface__`) a horo.cuda_arrays.CudaBuffer."""
     if isinstance(tensor, np.ndarray):
         array = tensor
+    elif cuda_arrays.is_cuda_array(tensor):
+        return cuda_arrays.as_cuda_buffer(tensor, name, in_place)
     elif hasattr(tensor, "__dlpack__"):
         array = np.from_dlpack(tensor)
     else:
@@ -29,7 +33,16 @@ def as_array(tensor, name, in_place=False):
 
 
 def address(array):
+    if isinstance(array, cuda_arrays.CudaBuffer):
+        return array.address
     return array.__array_interface__["data"][0]
+
+
+def empty(shape, dtype, like):
+    """An uninitialised array of `shape` and `dtype` in the same memory as `like` (host or GPU)."""
+    if isinstance(like, cuda_arrays.CudaBuffer):
+        return cuda_arrays.empty(shape, dtype, like)
+    return np.empty(shape, dtype=dtype)
 
 
 def empty_like(array):
@@ -38,6 +51,8 @@ def empty_like(array):
     take a page fault per 4 KiB on first touch."""
     from horo._native import _core
 
+    if isinstance(array, cuda_arrays.CudaBuffer):
+        return cuda_arrays.empty(array.shape, array.dtype, array)
     if array.nbytes < (1 << 20):
         return np.empty_like(array)
     return _core.empty(array.nbytes).view(array.dtype).reshape(array.shape)

@@ -143,6 +143,21 @@ _horo_setup_main() {
     echo "$deps_hash" > "$stamp_dir/deps"
   fi
 
+  # ---- 3b. GPU test libraries (pyproject's gpu-test extra) -------------------------------------------
+  # NCCL and the CUDA runtime (+ its C-runtime headers) as pip wheels: on a machine without a GPU they
+  # still load and answer ncclGetVersion / cudaGetDeviceCount, so tests/test_gpu_libraries.py checks
+  # horo's run-time loader and its declarations against the real libraries. Optional: without them
+  # those tests skip. HORO_GPU_TEST_WHEELS=0 skips this step.
+  local gpu_wheels=("nvidia-nccl-cu13" "nvidia-cuda-runtime" "nvidia-cuda-crt")
+  if [ "${HORO_GPU_TEST_WHEELS:-1}" != 0 ] && [ "$(cat "$stamp_dir/gpu-wheels" 2>/dev/null)" != "${gpu_wheels[*]}" ]; then
+    say "installing the GPU test libraries: ${gpu_wheels[*]}"
+    if "$vpy" -m pip install -q "${gpu_wheels[@]}" >&2; then
+      echo "${gpu_wheels[*]}" > "$stamp_dir/gpu-wheels"
+    else
+      say "warning: could not install ${gpu_wheels[*]}; the GPU library tests will skip"
+    fi
+  fi
+
   # ---- 4. build tools for the C++ core ---------------------------------------------------------------
   if ! command -v c++ >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1; then
     apt_install g++ make || die "no C++17 compiler: install g++ (apt-get install g++ make) and re-run"

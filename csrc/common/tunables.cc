@@ -53,10 +53,13 @@ const std::vector<TunableSpec>& tunable_specs() {
        "DYNAMIC: off until horo.start_timeline(path) (Horovod's meaning)"},
       {"HORO_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0",
        "1: the timeline also marks each background cycle that ran something"},
-      {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "0",
-       "1: all-reduce within each host, then across hosts, then within the host again"},
-      {"HORO_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", "0",
-       "1: all-gather within each host, then across hosts"},
+      {"HORO_GPU_TRANSPORT", "", "auto",
+       "GPU tensors: nccl | mpi (staged through pinned host memory) | auto (NCCL when it loads and each rank "
+       "has a GPU of its own, else mpi)"},
+      {"HORO_NCCL_LIB", "", "",
+       "path of libnccl.so.2 to load; unset: one already loaded, the nvidia-nccl-cu13/cu12 wheel, the system's"},
+      {"HORO_CUDART_LIB", "", "",
+       "path of libcudart to load; unset: one already loaded, the nvidia-cuda-runtime wheel, the system's"},
   };
   return specs;
 }
@@ -119,6 +122,8 @@ int log_level_from(const std::string& given) {
 
 }  // namespace
 
+std::string tunable_value(const char* env) { return lookup(env); }
+
 Tunables Tunables::from_environment() {
   Tunables t;
   t.fusion_threshold_bytes = static_cast<int64_t>(number("HORO_FUSION_THRESHOLD"));
@@ -150,8 +155,10 @@ Tunables Tunables::from_environment() {
   // Horovod's keyword, not a file name: the timeline starts later, from start_timeline().
   if (t.timeline_path == "DYNAMIC") t.timeline_path.clear();
   t.timeline_mark_cycles = number("HORO_TIMELINE_MARK_CYCLES") != 0;
-  t.hierarchical_allreduce = number("HORO_HIERARCHICAL_ALLREDUCE") != 0;
-  t.hierarchical_allgather = number("HORO_HIERARCHICAL_ALLGATHER") != 0;
+  t.gpu_transport = lookup("HORO_GPU_TRANSPORT");
+  if (t.gpu_transport != "auto" && t.gpu_transport != "nccl" && t.gpu_transport != "mpi") {
+    throw Error("HORO_GPU_TRANSPORT='" + t.gpu_transport + "' must be nccl, mpi or auto");
+  }
   if (t.fusion_threshold_bytes < 0) t.fusion_threshold_bytes = 0;
   if (t.cache_capacity < 0) t.cache_capacity = 0;
   if (t.cycle_time_ms < 0) t.cycle_time_ms = 0;

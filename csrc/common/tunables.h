@@ -17,6 +17,9 @@ struct TunableSpec {
 };
 
 const std::vector<TunableSpec>& tunable_specs();
+// A tunable's current text (environment, Horovod alias or default), for values
+// read outside Tunables (e.g. library paths, read when the library loads).
+std::string tunable_value(const char* env);
 
 struct Tunables {
   int64_t fusion_threshold_bytes;
@@ -40,9 +43,7 @@ struct Tunables {
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug
   std::string timeline_path;  // rank 0 writes a Chrome trace here ("": none)
   bool timeline_mark_cycles;
-  // Hierarchical (intra-host, then cross-host) algorithms; read here, used by the multi-host transport.
-  bool hierarchical_allreduce;
-  bool hierarchical_allgather;
+  std::string gpu_transport;  // nccl | mpi | auto
   // How long waiting threads spin (yielding) before they sleep; set at init:
   // zero when this node runs more ranks than cores, where spinning steals
   // the core the awaited thread needs.

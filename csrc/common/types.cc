@@ -47,6 +47,8 @@ bool dtype_reducible(DataType dtype) { return dtype != DataType::kBool; }
 
 bool dtype_valid(int code) { return code >= 0 && code < kNumDataTypes; }
 
+const char* memory_name(Memory memory) { return memory == Memory::kCuda ? "CUDA device" : "host"; }
+
 const char* op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage: return "Average";

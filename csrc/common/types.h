@@ -48,6 +48,15 @@ enum class CollectiveType : uint8_t {
 };
 constexpr int kNumCollectiveTypes = 12;
 
+// Where a tensor's memory lives. Every rank must agree (a host tensor on one
+// rank and a GPU tensor on another is an error, not a hang); the device
+// ordinal is each rank's own business and never crosses the wire.
+enum class Memory : uint8_t {
+  kHost = 0,
+  kCuda = 1,
+};
+const char* memory_name(Memory memory);
+
 size_t dtype_size(DataType dtype);
 const char* dtype_name(DataType dtype);
 bool dtype_is_float(DataType dtype);

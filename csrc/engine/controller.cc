@@ -353,6 +353,7 @@ Response Controller::match(const std::string& name, const TableEntry& entry) con
     return response;
   }
   if (differ("dtype", [](const Request& q) { return std::string(dtype_name(q.dtype)); })) return response;
+  if (differ("memory", [](const Request& q) { return std::string(memory_name(q.memory)); })) return response;
   if (ragged ? differ("shape", trailing_dims) : differ("shape", [](const Request& q) { return q.shape_string(); })) {
     return response;
   }

@@ -254,7 +254,13 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
           auto at = std::find(set.members.begin(), set.members.end(), e.request.root);
           if (at != set.members.end()) e.request.root = static_cast<int32_t>(at - set.members.begin());
         }
-        set.executor->run(group, entries);
+        // The one place GPU tensors part ways: their executor picks NCCL or MPI staging.
+        if (agreed.memory == Memory::kCuda) {
+          if (!set.gpu) set.gpu = std::make_unique<GpuExecutor>(*set.transport, *set.executor, tunables_, timeline_);
+          set.gpu->run(group, entries);
+        } else {
+          set.executor->run(group, entries);
+        }
       }
     } catch (const Error& e) {
       error = std::string(collective_name(agreed.type)) + " '" + agreed.name + "' failed: " + e.what();

@@ -18,6 +18,7 @@
 #include "engine/handle_table.h"
 #include "engine/tensor_queue.h"
 #include "engine/timeline.h"
+#include "gpu/gpu_executor.h"
 #include "transport/transport.h"
 
 namespace horo {
@@ -53,6 +54,7 @@ class Engine {
     std::unique_ptr<Transport> transport;
     std::unique_ptr<Controller> controller;
     std::unique_ptr<Executor> executor;
+    std::unique_ptr<GpuExecutor> gpu;  // made on the set's first GPU tensor
   };
   void loop();
   void add_set(int id, std::unique_ptr<Transport> transport, std::vector<int> members);

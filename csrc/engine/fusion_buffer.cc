@@ -14,7 +14,7 @@ size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements())
 std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes,
                                                size_t max_tensor_bytes) {
   std::vector<std::vector<Response>> groups;
-  using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double, int32_t>;
+  using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double, int32_t, Memory>;
   std::map<Key, size_t> open;  // key -> index into groups of the group still filling
   std::vector<size_t> filled(0);
   for (Response& response : responses) {
@@ -30,7 +30,7 @@ std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, 
       filled.push_back(0);
       continue;
     }
-    const Key key{q.type, q.dtype, q.op, q.prescale, q.postscale, q.root};
+    const Key key{q.type, q.dtype, q.op, q.prescale, q.postscale, q.root, q.memory};
     const size_t bytes = bytes_of(q);
     auto it = open.find(key);
     if (it != open.end() && filled[it->second] + bytes <= threshold_bytes) {

@@ -1,5 +1,5 @@
 // Tensor fusion: ready responses that can share one collective (same kind,
-// dtype, op, scale factors and root) are packed into one buffer up to the
+// dtype, op, scale factors, root and memory) are packed into one buffer up to the
 // threshold, reduced once and unpacked, so small tensors do not each pay a
 // network round trip.
 #pragma once

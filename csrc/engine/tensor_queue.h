@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "engine/buffer_pool.h"
+#include "gpu/cuda_event.h"
+#include "gpu/device_memory.h"
 #include "wire/messages.h"
 
 namespace horo {
@@ -39,6 +41,10 @@ struct AllocatedOutput {
   std::vector<int64_t> shape;
   std::vector<int64_t> received_splits;  // alltoall
   int64_t value = -1;  // add_process_set: the new set's id; join: the last rank to join
+  // GPU tensors: the output the core allocated on the device (instead of `bytes`),
+  // and the event after which the results are ready on horo's stream.
+  std::shared_ptr<DeviceMemory> device_bytes;
+  CudaEventPtr done;
 };
 
 struct TensorEntry {
@@ -47,6 +53,10 @@ struct TensorEntry {
   void* output = nullptr;  // null: the core allocates `allocated`
   std::shared_ptr<AllocatedOutput> allocated;
   int handle = 0;
+  // request.memory == kCuda: the CUDA device of input/output, and an event
+  // recorded on the producer's stream at enqueue (horo reads after it).
+  int device = -1;
+  CudaEventPtr ready;
   // Set only while a timeline records (its QUEUE phase starts here).
   std::chrono::steady_clock::time_point enqueued_at{};
 };

@@ -17,6 +17,8 @@
 #include "common/tunables.h"
 #include "engine/buffer_pool.h"
 #include "engine/engine.h"
+#include "gpu/cuda_loader.h"
+#include "gpu/nccl_loader.h"
 #include "transport/mpi_context.h"
 #include "transport/mpi_transport.h"
 #include "transport/transport_choice.h"
@@ -88,9 +90,22 @@ void shutdown() {
   g_engine.reset();
 }
 
+// A GPU tensor: its CUDA device and the stream that produces it. The event
+// recorded there now is what horo's stream waits on before reading the tensor.
+void describe_gpu_tensor(TensorEntry& entry, const std::string& kind, int device, uintptr_t stream) {
+  std::string why;
+  if (cuda::device_count(&why) <= 0) {
+    throw Error(kind + " '" + entry.request.name + "': it is a CUDA tensor (cuda:" + std::to_string(device) +
+                "), but horo cannot use a GPU here: " + why);
+  }
+  entry.request.memory = Memory::kCuda;
+  entry.device = device;
+  entry.ready = std::make_shared<CudaEvent>(device, reinterpret_cast<cuda::Stream>(stream));
+}
+
 int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
             std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
-            std::vector<int64_t> splits, int process_set) {
+            std::vector<int64_t> splits, int process_set, int device, uintptr_t stream) {
   require_init();
   if (!collective_valid(type)) throw py::value_error("'" + name + "': unknown collective " + std::to_string(type));
   const std::string kind = collective_name(static_cast<CollectiveType>(type));
@@ -124,11 +139,28 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
   entry.request.process_set = process_set;
   entry.input = reinterpret_cast<const void*>(input);
   entry.output = reinterpret_cast<void*>(output);
+  if (device >= 0) describe_gpu_tensor(entry, kind, device, stream);
   return g_engine->enqueue(std::move(entry));
 }
 
+// A GPU result: `stream` (the caller's current stream) waits on horo's done
+// event, so the caller's later work sees the results without a host sync.
+// None, or ((device address, bytes, owner capsule, device), shape, received splits, value).
+py::object gpu_result(const std::shared_ptr<AllocatedOutput>& result, uintptr_t stream) {
+  {
+    py::gil_scoped_release release;
+    result->done->make_wait(reinterpret_cast<cuda::Stream>(stream));
+  }
+  if (!result->device_bytes) return py::none();
+  auto owner = new std::shared_ptr<DeviceMemory>(result->device_bytes);
+  py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<DeviceMemory>*>(p); });
+  py::tuple memory = py::make_tuple(reinterpret_cast<uintptr_t>(result->device_bytes->data()),
+                                    result->device_bytes->size(), free_when_done, result->device_bytes->device());
+  return py::make_tuple(memory, py::tuple(py::cast(result->shape)), py::cast(result->received_splits), result->value);
+}
+
 // None, or (uint8 array owning the core-allocated output, shape, received splits, value).
-py::object wait(int handle) {
+py::object wait(int handle, uintptr_t stream) {
   require_init();
   std::shared_ptr<Engine> engine = g_engine;
   HandleTable::Result result;
@@ -147,6 +179,7 @@ py::object wait(int handle) {
   }
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (!result.allocated) return py::none();
+  if (result.allocated->done) return gpu_result(result.allocated, stream);
   auto owner = new std::shared_ptr<AllocatedOutput>(result.allocated);
   py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<AllocatedOutput>*>(p); });
   auto& bytes = result.allocated->bytes;
@@ -202,7 +235,9 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("enqueue", &enqueue, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),
         py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-        py::arg("splits"), py::arg("process_set") = 0, "Hands a collective on raw buffers to the background thread; returns its handle.");
+        py::arg("splits"), py::arg("process_set") = 0, py::arg("device") = -1, py::arg("stream") = 0,
+        "Hands a collective on raw buffers to the background thread; returns its handle. device >= 0: the buffers "
+        "are on that CUDA device, produced on `stream` (cudaStream_t as an integer).");
   m.def("reject", &reject, py::arg("type"), py::arg("name"), py::arg("process_set"), py::arg("why"),
         "Tells the other ranks this rank refused the named tensor at submission, so theirs fail instead of waiting.");
   m.def("poll", [](int handle) { require_init(); return g_engine->poll(handle); });
@@ -223,7 +258,9 @@ PYBIND11_MODULE(_core, m) {
         engine->stop_timeline();
       },
       "Rank 0 finishes and closes the timeline file.");
-  m.def("wait", &wait, "Block until the handle completes; raise HoroError if it failed.");
+  m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
+        "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
+        "current cudaStream_t) is made to wait for the results.");
   m.attr("collective_codes") = [] {
     py::dict codes;
     for (int t = 0; t < kNumCollectiveTypes; ++t) codes[collective_name(static_cast<CollectiveType>(t))] = t;
@@ -240,6 +277,53 @@ PYBIND11_MODULE(_core, m) {
                                     release);
       },
       "Uninitialised bytes for an output array, recycled once the array is dropped.");
+  m.def(
+      "set_gpu_library_candidates",
+      [](std::vector<std::string> nccl_paths, std::vector<std::string> cudart_paths) {
+        nccl::set_wheel_candidates(std::move(nccl_paths));
+        cuda::set_wheel_candidates(std::move(cudart_paths));
+      },
+      py::arg("nccl"), py::arg("cudart"),
+      "Library files of the nvidia-* pip wheels, searched after HORO_NCCL_LIB / HORO_CUDART_LIB.");
+  m.def(
+      "gpu_status",
+      [] {
+        // Loads the libraries (once) if they are not loaded yet; never raises for a missing one.
+        py::dict status;
+        std::string cuda_why, nccl_why;
+        const int devices = cuda::device_count(&cuda_why);
+        status["device_count"] = devices;
+        status["cuda_reason"] = devices > 0 ? py::none() : py::cast(cuda_why);
+        status["cudart_path"] = cuda::library_path();
+        status["cudart_search_order"] = cuda::search_order();
+        const nccl::Api* api = nccl::try_api(&nccl_why);
+        status["nccl_version"] = api ? py::cast(nccl::version_string(api->version)) : py::none();
+        status["nccl_reason"] = api ? py::none() : py::cast(nccl_why);
+        status["nccl_path"] = nccl::library_path();
+        status["nccl_search_order"] = nccl::search_order();
+        return status;
+      },
+      "What the GPU path can use here: CUDA devices and NCCL, each with the reason where unavailable.");
+  m.def(
+      "device_empty",
+      [](int device, size_t bytes) {
+        // Uninitialised device memory for a GPU output, freed when the capsule is dropped.
+        auto owner = new std::shared_ptr<DeviceMemory>(std::make_shared<DeviceMemory>(device, bytes));
+        py::capsule release(owner, [](void* p) { delete static_cast<std::shared_ptr<DeviceMemory>*>(p); });
+        return py::make_tuple(reinterpret_cast<uintptr_t>((*owner)->data()), release);
+      },
+      py::arg("device"), py::arg("bytes"), "(device address, owner capsule) of `bytes` on CUDA device `device`.");
+  m.def("cuda_current_device", [] {
+    int device = 0;
+    cuda::check(cuda::api().cudaGetDevice(&device), "cudaGetDevice");
+    return device;
+  });
+  m.def("gpu_symbols", [] {
+    py::dict symbols;
+    symbols["nccl"] = nccl::symbol_names();
+    symbols["cudart"] = cuda::symbol_names();
+    return symbols;
+  }, "Every symbol horo resolves in NCCL and the CUDA runtime.");
   m.def("tunables", [] {
     py::list rows;
     for (const auto& spec : tunable_specs()) {

@@ -17,7 +17,7 @@ int64_t Request::num_elements() const {
 bool Response::answers(const Request& q, int rank, int size) const {
   const Request& p = request;
   if (q.type != p.type || q.dtype != p.dtype || q.op != p.op || q.prescale != p.prescale ||
-      q.postscale != p.postscale || q.root != p.root || q.name != p.name ||
+      q.postscale != p.postscale || q.root != p.root || q.name != p.name || q.memory != p.memory ||
       (q.type != CollectiveType::kAlltoall && q.splits != p.splits)) {
     return false;
   }
@@ -66,6 +66,7 @@ class Writer {
     put(q.root);
     put_ints(q.splits);
     put_string(q.rejection);
+    put(q.memory);
   }
   void put_ints(const std::vector<int64_t>& v) {
     put<uint32_t>(static_cast<uint32_t>(v.size()));
@@ -111,6 +112,8 @@ class Reader {
     q.root = get<int32_t>();
     q.splits = get_ints();
     q.rejection = get_string();
+    q.memory = get<Memory>();
+    if (q.memory != Memory::kHost && q.memory != Memory::kCuda) throw Error("corrupt control message");
     return q;
   }
   // The count is checked against the bytes left before anything is

@@ -27,6 +27,7 @@ struct Request {
   // still goes to the coordinator, so the ranks that accepted their namesake
   // get an error instead of waiting for this rank forever.
   std::string rejection;
+  Memory memory = Memory::kHost;
 
   int64_t num_elements() const;
   std::string shape_string() const;

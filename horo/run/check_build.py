@@ -106,6 +106,26 @@ def mpi_row(horo, mpirun):
     return (horo is not None, "MPI", "; ".join(notes))
 
 
+def gpu_rows(info):
+    """NCCL and CUDA as the core finds them at run time (its own dlopen search), with the reason when not."""
+    mode = os.environ.get("HORO_GPU_TRANSPORT", "auto")
+
+    def first_line(text):
+        return (text or "").splitlines()[0] if text else ""
+
+    nccl_ok = info.nccl_version is not None
+    nccl_note = f"{info.nccl_version} ({info.nccl_path})" if nccl_ok else first_line(info.nccl_reason)
+    cuda_ok = info.device_count > 0
+    cuda_note = (f"{info.device_count} device(s), runtime {info.cudart_path}" if cuda_ok
+                 else f"no GPU: {first_line(info.cuda_reason)}")
+    serving = "NCCL, else MPI staging" if mode == "auto" else {"nccl": "NCCL", "mpi": "MPI staging"}.get(mode, mode)
+    return [
+        (nccl_ok, "NCCL", nccl_note),
+        (cuda_ok, "CUDA", cuda_note),
+        (cuda_ok, "GPU tensors", f"HORO_GPU_TRANSPORT={mode}: {serving}" if cuda_ok else "not served (no GPU)"),
+    ]
+
+
 def report(mpirun=None):
     """The checklist as text."""
     horo, error = _import_horo()
@@ -119,9 +139,12 @@ def report(mpirun=None):
 
     lines += ["", "Available Transports:"]
     transports = [mpi_row(horo, mpirun)]
-    for label, name, sonames in RUNTIME_LIBRARIES:
-        found = dlopen_library(name, sonames)
-        transports.append((found is not None, label, found or f"lib{name}.so not found"))
+    if horo is not None and hasattr(horo, "gpu_info"):
+        transports += gpu_rows(horo.gpu_info())
+    else:
+        for label, name, sonames in RUNTIME_LIBRARIES:
+            found = dlopen_library(name, sonames)
+            transports.append((found is not None, label, found or f"lib{name}.so not found"))
     lines += _rows(transports)
 
     lines += ["", "Available Collectives:"]

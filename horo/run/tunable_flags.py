@@ -66,6 +66,8 @@ TUNABLE_FLAGS = (
                 "all-reduce algorithm", choices=("ring", "mpi", "auto")),
     TunableFlag("--transport", "HORO_TRANSPORT", "KIND", str.lower, str,
                 "shared memory between ranks on one host, or MPI", choices=("auto", "shm", "mpi")),
+    TunableFlag("--gpu-transport", "HORO_GPU_TRANSPORT", "TRANSPORT", str.lower, str,
+                "how GPU tensors move", choices=("nccl", "mpi", "auto")),
 )
 
 

@@ -25,6 +25,15 @@ def as_tensor(value):
 
 
 def check_dtype(tensor, name):
+    """Raises naming `name` for a dtype horo cannot reduce, or for a tensor in GPU memory."""
+    # The TF plugin moves host buffers (tensor.numpy()); taking a GPU tensor would be a
+    # silent device-to-host copy, so it is refused until the TF native ops serve GPU memory.
+    device = getattr(tensor, "device", "") or ""
+    if ":GPU:" in device.upper():
+        raise ValueError(
+            f"'{name}': horo.tensorflow does not take GPU tensors yet ({device}); place the tensor on the CPU "
+            "(with tf.device('/CPU:0')) or use horo.torch / CuPy for GPU collectives"
+        )
     if tensor.dtype not in SUPPORTED:
         raise TypeError(f"'{name}': dtype {tensor.dtype.name} is not supported (supported: {_SUPPORTED_NAMES})")
 

@@ -248,10 +248,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def _reducescatter_checked(t, name, op, process_set, prescale_factor, postscale_factor):
     _, me, n = process_sets.resolve(process_set, name)
     if t.dim() == 0:
-        output = torch.empty((0,), dtype=t.dtype)  # never written: the coordinator refuses 0-d on every rank
+        output = torch.empty((0,), dtype=t.dtype, device=t.device)  # never written: the coordinator refuses 0-d
     else:
         rows = t.shape[0] // n + (1 if me < t.shape[0] % n else 0)
-        output = torch.empty((rows, *t.shape[1:]), dtype=t.dtype)
+        output = torch.empty((rows, *t.shape[1:]), dtype=t.dtype, device=t.device)
     return enqueue("reducescatter", name, t, output, returning(output), op, prescale_factor, postscale_factor,
                    process_set=process_set)
 

@@ -102,11 +102,14 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=global_process
             shape, dtype = value
             mine = state.get(key)
             if isinstance(mine, torch.Tensor) and mine.shape == shape and mine.dtype == dtype \
-                    and mine.device.type == "cpu" and mine.layout is torch.strided:
+                    and mine.device.type in ("cpu", "cuda") and mine.layout is torch.strided:
                 if not mine.is_contiguous():
                     state[key] = mine = mine.contiguous()
             else:
-                state[key] = mine = torch.empty(shape, dtype=dtype)
+                # State lives with its parameter (a CUDA model's Adam moments on its GPU); scalars
+                # such as Adam's step stay on the CPU, where torch's optimizers keep them.
+                device = p.device if len(shape) > 0 else "cpu"
+                state[key] = mine = torch.empty(shape, dtype=dtype, device=device)
             tensors.append((f"{i}.{key}", mine))
     handles = [_broadcast_in_place_async(t, root_rank, f"broadcast_optimizer_state.{name}", process_set)
                for name, t in tensors]

@@ -7,13 +7,15 @@ torch wraps without a copy.
 Rules, checked before anything is enqueued (so a bad tensor fails on the rank that
 passed it, with its name, and nothing is left half-submitted):
 - dtypes: uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool (not reduced);
-- CPU memory only (GPU tensors need horo's GPU path, which is not built yet);
+- CPU or CUDA memory (CUDA tensors go through horo's GPU path: NCCL or MPI
+  staging, loaded at run time; where no GPU can serve, a clear error);
 - a non-contiguous input is copied to a contiguous one for out-of-place
   collectives; in-place collectives refuse it (a copy would not be in place).
 """
 import torch
 
 from horo._native import _core
+from horo.cuda_arrays import CudaBuffer, require_gpu
 
 CODES = {
     torch.uint8: 0,
@@ -49,12 +51,10 @@ def as_bytes(tensor, name):
 
 def _placed(tensor, name, in_place):
     device = tensor.device.type
-    if device != "cpu":
-        if device == "cuda":
-            raise NotImplementedError(
-                f"'{name}': CUDA tensors need horo's GPU path, not built yet; move it to the CPU (tensor.cpu())"
-            )
-        raise ValueError(f"'{name}': tensors on device '{tensor.device}' are not supported, only CPU tensors")
+    if device == "cuda":
+        require_gpu(name)
+    elif device != "cpu":
+        raise ValueError(f"'{name}': tensors on device '{tensor.device}' are not supported, only CPU and CUDA tensors")
     if tensor.layout is not torch.strided:
         raise ValueError(f"'{name}': {tensor.layout} tensors are not supported; pass tensor.to_dense()")
     if not tensor.is_contiguous():
@@ -68,7 +68,9 @@ def _placed(tensor, name, in_place):
 
 
 def empty_like(tensor):
-    """An uninitialised contiguous CPU tensor like `tensor`."""
+    """An uninitialised contiguous tensor like `tensor`, on its device."""
+    if tensor.is_cuda:
+        return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes < _POOL_BYTES:
         return torch.empty(tensor.shape, dtype=tensor.dtype)
@@ -76,5 +78,15 @@ def empty_like(tensor):
 
 
 def from_core(data, shape, dtype):
-    """A tensor of `dtype` and `shape` over the core-allocated bytes `data` (no copy; keeps them alive)."""
+    """A tensor of `dtype` and `shape` over the core-allocated bytes `data` (no copy; keeps them alive).
+    GPU results come as (device address, bytes, owner, device): wrapped through __cuda_array_interface__."""
+    if isinstance(data, tuple):
+        address, nbytes, owner, device = data
+        raw = CudaBuffer(address, (nbytes,), "uint8", device, owner=owner)
+        return torch.as_tensor(raw, device=f"cuda:{device}").view(dtype).view(shape)
     return torch.from_numpy(data).view(dtype).view(shape)
+
+
+def stream_of(tensor):
+    """The cudaStream_t (as an integer) torch is queueing work on for `tensor`'s device now."""
+    return torch.cuda.current_stream(tensor.device).cuda_stream

@@ -1,0 +1,83 @@
+// The Transport over NCCL, for GPU memory. One per process set, created
+// lazily (gpu/gpu_executor.cc) on the first GPU tensor: rank 0 of the set
+// makes the NCCL unique id, the set's own (MPI) transport broadcasts it, and
+// every member joins one communicator on its own CUDA stream.
+//
+// Every data-plane call is stream-ordered: it returns once the work is queued
+// on stream(), and results are ready for whatever is queued there after it.
+// Control-plane calls go to the set's MPI transport unchanged.
+#pragma once
+
+#include <vector>
+
+#include "gpu/cuda_api.h"
+#include "gpu/nccl_api.h"
+#include "transport/transport.h"
+
+namespace horo {
+
+class NcclTransport : public Transport {
+ public:
+  // Collective over `control`'s ranks; `device` is this rank's GPU.
+  NcclTransport(Transport& control, int device);
+  ~NcclTransport() override;
+
+  int rank() const override { return control_.rank(); }
+  int size() const override { return control_.size(); }
+  int device() const { return device_; }
+  cuda::Stream stream() const { return stream_; }
+
+  // Point-to-point is queued and issued as one NCCL group at wait()/wait_all().
+  int isend(const void* buf, size_t bytes, int peer) override;
+  int irecv(void* buf, size_t bytes, int peer) override;
+  void wait(int slot) override { wait_all(); }
+  void wait_all() override;
+
+  bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override;
+  // Sum or average times `scale` in one pass (NCCL's PreMulSum): false where
+  // NCCL cannot (integer dtypes with a fractional scale, min/max/product with a scale).
+  bool allreduce_scaled(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale);
+  bool native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts, DataType dtype,
+                             ReduceOp op) override;
+  bool reduce_scatter_scaled(const void* input, void* output, const std::vector<size_t>& counts, DataType dtype,
+                             ReduceOp op, double scale);
+  void native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) override;
+  void alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                 const std::vector<size_t>& recv_bytes) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) override;
+  void scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) override;
+  bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root) override;
+  bool reduce_scaled(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root,
+                     double scale);
+  void barrier() override { control_.barrier(); }
+  // Sub-sets get their own NcclTransport from their own control transport.
+  std::unique_ptr<Transport> split(const std::vector<int>& members) override;
+
+  void allreduce_bitand(std::vector<uint64_t>& words) override { control_.allreduce_bitand(words); }
+  std::vector<std::string> gather_bytes(const std::string& mine, int root) override {
+    return control_.gather_bytes(mine, root);
+  }
+  void broadcast_bytes(std::string& data, int root) override { control_.broadcast_bytes(data, root); }
+
+  // Whether NCCL can reduce `dtype` with `op` scaled by `scale` in one collective.
+  static bool can_reduce(DataType dtype, ReduceOp op, double scale);
+
+ private:
+  struct PointToPoint {
+    bool send;
+    void* buf;
+    size_t bytes;
+    int peer;
+  };
+  // The NCCL op for `op` with `scale` folded in; `created` says whether to destroy it after.
+  nccl::RedOp reduction(DataType dtype, ReduceOp op, double scale, bool* created);
+
+  Transport& control_;
+  int device_;
+  nccl::Comm comm_ = nullptr;
+  cuda::Stream stream_ = nullptr;
+  std::vector<PointToPoint> pending_;
+};
+
+}  // namespace horo
