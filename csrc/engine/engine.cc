@@ -38,26 +38,24 @@ void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<i
 
 Engine::~Engine() { shutdown(); }
 
-int Engine::enqueue(TensorEntry entry) {
+int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete) {
   if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   const std::string name = entry.request.name;
   const int entry_set = entry.request.process_set;
-  entry.handle = handles_.create();
+  entry.handle = handles_.create(std::move(on_complete));
   if (timeline_.recording()) entry.enqueued_at = Timeline::Clock::now();
   const int handle = entry.handle;
   try {
     queue_.push(std::move(entry));
   } catch (const Error&) {
-    handles_.complete(handle, "rejected");
-    handles_.wait(handle);  // forgets the handle
+    handles_.forget(handle);
     throw;
   }
   // The loop may have stopped between the check and the push; if it has not
   // failed this entry itself, take it back so the caller hears it now.
   TensorEntry stranded;
   if (stopped_ && queue_.take(entry_set, name, &stranded)) {
-    handles_.complete(handle, "shut down");
-    handles_.wait(handle);  // forgets the handle
+    handles_.forget(handle);
     throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   }
   return handle;

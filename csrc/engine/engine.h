@@ -28,8 +28,9 @@ class Engine {
   ~Engine();
 
   // Hands a tensor to the background thread; returns its handle at once.
-  int enqueue(TensorEntry entry);
-  bool poll(int handle) { return handles_.poll(handle); }
+  // With `on_complete`, the completing thread calls it instead of a wait().
+  int enqueue(TensorEntry entry, HandleTable::Callback on_complete = nullptr);
+  bool poll(int handle, bool forgotten_is_done = false) { return handles_.poll(handle, forgotten_is_done); }
   // Blocks until the handle completes.
   HandleTable::Result wait(int handle) { return handles_.wait(handle); }
   // Collective in effect: the first rank to ask stops every rank's loop.

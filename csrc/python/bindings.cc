@@ -8,9 +8,12 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <thread>
 
+#include "c_api/core_state.h"
+#include "horo_c_api.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/tunables.h"
@@ -25,6 +28,7 @@ using namespace horo;
 namespace {
 
 // Shared: a thread blocked in wait() keeps the engine alive while another shuts it down.
+// Replaced only with std::atomic_store: native framework kernels read it from their own threads.
 std::shared_ptr<Engine> g_engine;
 ProcessInfo g_info;
 
@@ -46,14 +50,14 @@ void init(int64_t fortran_comm) {
   set_log_context(g_info.rank, tunables.log_level);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
-  g_engine = std::make_shared<Engine>(std::make_unique<MpiTransport>(ours), tunables);
+  std::atomic_store(&g_engine, std::make_shared<Engine>(std::make_unique<MpiTransport>(ours), tunables));
 }
 
 void shutdown() {
   if (!g_engine) return;
   py::gil_scoped_release release;
   g_engine->shutdown();
-  g_engine.reset();
+  std::atomic_store(&g_engine, std::shared_ptr<Engine>());
 }
 
 int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
@@ -102,6 +106,14 @@ py::object wait(int handle) {
 
 }  // namespace
 
+std::shared_ptr<Engine> horo::running_engine() { return std::atomic_load(&g_engine); }
+
+bool horo::running_process_info(ProcessInfo* info) {
+  if (!std::atomic_load(&g_engine)) return false;
+  *info = g_info;
+  return true;
+}
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horo's compiled core: MPI transport, background coordination, fusion, ring all-reduce";
   py::register_exception<Error>(m, "HoroError", PyExc_RuntimeError);
@@ -145,6 +157,10 @@ PYBIND11_MODULE(_core, m) {
       },
       "Rank 0 finishes and closes the timeline file.");
   m.def("wait", &wait, "Block until the handle completes; raise HoroError if it failed.");
+  m.def(
+      "c_api_address", [] { return reinterpret_cast<uintptr_t>(horo_c_api_table()); },
+      "Address of the C function table (c_api/horo_c_api.h) that native framework ops call.");
+  m.attr("c_api_version") = HORO_C_API_VERSION;
   m.attr("collective_codes") = [] {
     py::dict codes;
     for (int t = 0; t < kNumCollectiveTypes; ++t) codes[collective_name(static_cast<CollectiveType>(t))] = t;
