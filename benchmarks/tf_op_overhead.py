@@ -53,10 +53,11 @@ def main():
                                    args.reps, args.warmup, args.iters, args.target_s)
     ratio = C.paired_ratio(samples["numpy_function"], samples["native AsyncOpKernel"])
     rows = [[k, f"{C.median(v) * 1e6:.1f}", f"{C.spread(v):.0f}%"] for k, v in samples.items()]
-    ctx.table(f"{C.fmt_bytes(4 * n)} float32 Sum allreduce in tf.function, np={ctx.size}, {iters} calls/block",
-              ["variant", "us/call (median)", "spread"], rows,
-              [f"numpy_function / native (paired per rep): {C.fmt_ratio(ratio)}",
-               f"results equal the NumPy sum: {ok}"])
+    if ctx.rank == 0:
+        title = f"{C.fmt_bytes(4 * n)} float32 Sum allreduce in tf.function, np={ctx.size}, {iters} calls/block"
+        C.Printer(args.plain).table(title, ["variant", "us/call (median)", "spread"], rows,
+                                    [f"numpy_function / native (paired per rep): {C.fmt_ratio(ratio)}",
+                                     f"results equal the NumPy sum: {ok}"])
     C.write_json(ctx, args.json, {"meta": C.meta(ctx, "tf_op_overhead.py"), "iters": iters,
                                    "samples_s": samples, "ratio_numpy_over_native": ratio, "ok": ok})
     ctx.finalize()
