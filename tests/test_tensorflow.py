@@ -25,9 +25,10 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
-@pytest.mark.parametrize("np_", [1, 2], ids=["np1", "np2"])
-def test_tensorflow_plugin_on_every_rank(ranks, np_):
-    ranks(np_, "ranks_tensorflow.py", env=ENV, timeout=LAUNCH_TIMEOUT)
+@pytest.mark.parametrize("np_,native", [(1, "1"), (2, "1"), (2, "0")], ids=["np1", "np2", "np2-numpy-function"])
+def test_tensorflow_plugin_on_every_rank(ranks, np_, native):
+    """On the native ops, and (np2-numpy-function) on the fallback used where they cannot be built."""
+    ranks(np_, "ranks_tensorflow.py", env=dict(ENV, HORO_TF_NATIVE=native), timeout=LAUNCH_TIMEOUT)
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)

@@ -49,11 +49,22 @@ void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<i
 
 Engine::~Engine() { shutdown(); }
 
-int Engine::enqueue(TensorEntry entry) {
+int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete) {
   if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   const std::string name = entry.request.name;
   const int entry_set = entry.request.process_set;
-  entry.handle = handles_.create();
+  if (on_complete) {
+    // Nobody synchronizes a callback handle: the name is freed when it completes.
+    auto handle_of = std::make_shared<int>(-1);
+    on_complete = [this, handle_of, done = std::move(on_complete)](HandleTable::Result&& result) {
+      queue_.release(*handle_of);
+      done(std::move(result));
+    };
+    entry.handle = handles_.create(std::move(on_complete));
+    *handle_of = entry.handle;
+  } else {
+    entry.handle = handles_.create();
+  }
   if (timeline_.recording()) entry.enqueued_at = Timeline::Clock::now();
   const int handle = entry.handle;
   try {
@@ -62,18 +73,15 @@ int Engine::enqueue(TensorEntry entry) {
     // A name still taken on this rank: the call never happened, here or at the
     // coordinator (taken names depend on this rank's program alone, so a
     // program that reuses names the same way on every rank refuses everywhere).
-    handles_.complete(handle, "rejected");
-    HandleTable::Result ignored;
-    handles_.wait_for(handle, std::chrono::milliseconds(0), &ignored);  // forgets the handle
+    handles_.forget(handle);
     throw;
   }
   // The loop may have stopped between the check and the push; if it has not
   // failed this entry itself, take it back so the caller hears it now.
   TensorEntry stranded;
   if (stopped_ && queue_.take(entry_set, name, &stranded)) {
-    handles_.complete(handle, "shut down");
-    HandleTable::Result ignored;
-    wait_for(handle, std::chrono::milliseconds(0), &ignored);  // forgets the handle and frees the name
+    handles_.forget(handle);
+    queue_.release(handle);  // frees the name
     throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   }
   return handle;

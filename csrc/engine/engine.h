@@ -29,11 +29,13 @@ class Engine {
   ~Engine();
 
   // Hands a tensor to the background thread; returns its handle at once.
-  int enqueue(TensorEntry entry);
+  // With `on_complete`, the completing thread calls it instead of a wait_for(),
+  // and the tensor's name is free again once it has run.
+  int enqueue(TensorEntry entry, HandleTable::Callback on_complete = nullptr);
   // Tells the other ranks this rank refused a tensor at submission (bad
   // argument, duplicate name), so their namesakes fail instead of waiting.
   void reject(Request request, const std::string& why);
-  bool poll(int handle) { return handles_.poll(handle); }
+  bool poll(int handle, bool forgotten_is_done = false) { return handles_.poll(handle, forgotten_is_done); }
   // Waits up to `timeout` for the handle; true (and `result` set) once it completed.
   // Synchronizing frees the tensor's name for reuse.
   bool wait_for(int handle, std::chrono::milliseconds timeout, HandleTable::Result* result) {

@@ -14,27 +14,46 @@ namespace {
 std::atomic<int> g_next_handle{1};
 }  // namespace
 
-int HandleTable::create() {
+int HandleTable::create(Callback on_complete) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int handle = g_next_handle++;
-  states_.emplace(handle, State{});
+  State state;
+  state.on_complete = std::move(on_complete);
+  states_.emplace(handle, std::move(state));
   return handle;
 }
 
+void HandleTable::forget(int handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  states_.erase(handle);
+}
+
 void HandleTable::complete(int handle, std::string error, std::shared_ptr<AllocatedOutput> allocated) {
+  Callback on_complete;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = states_.find(handle);
     if (it == states_.end()) return;
-    it->second.done = true;
-    it->second.result = Result{std::move(error), std::move(allocated)};
+    if (it->second.on_complete) {
+      on_complete = std::move(it->second.on_complete);
+      states_.erase(it);
+    } else {
+      it->second.done = true;
+      it->second.result = Result{std::move(error), std::move(allocated)};
+    }
+  }
+  // Outside the lock: the callback may submit the next collective.
+  if (on_complete) {
+    on_complete(Result{std::move(error), std::move(allocated)});
+    return;
   }
   done_cv_.notify_all();
 }
 
-bool HandleTable::poll(int handle) {
+bool HandleTable::poll(int handle, bool forgotten_is_done) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = states_.find(handle);
+  if (it == states_.end() && forgotten_is_done) return true;
   if (it == states_.end()) throw Error("unknown handle " + std::to_string(handle) + " (already synchronized?)");
   return it->second.done;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -15,15 +16,21 @@ namespace horo {
 
 class HandleTable {
  public:
-  int create();
   struct Result {
     std::string error;  // empty on success
     std::shared_ptr<AllocatedOutput> allocated;
   };
+  // Runs on the completing thread instead of a later wait() (native framework
+  // ops finish from it); the handle is forgotten before it runs.
+  using Callback = std::function<void(Result&&)>;
+  int create(Callback on_complete = nullptr);
+  // Drops a handle whose entry never reached the queue, without calling its callback.
+  void forget(int handle);
   // An empty `error` means success.
   void complete(int handle, std::string error, std::shared_ptr<AllocatedOutput> allocated = nullptr);
   // Throws horo::Error for a handle that does not exist (or was synchronised).
-  bool poll(int handle);
+  // `forgotten_is_done`: a callback handle is forgotten once complete, so absent means done.
+  bool poll(int handle, bool forgotten_is_done = false);
   // Waits up to `timeout` for the handle. Once it has completed: forgets it,
   // moves its result into `result` and returns true. Callers wait in slices
   // so a Python signal (Ctrl-C, SIGALRM) can interrupt them in between.
@@ -34,6 +41,7 @@ class HandleTable {
   struct State {
     bool done = false;
     Result result;
+    Callback on_complete;
   };
   std::mutex mutex_;
   std::condition_variable done_cv_;

@@ -8,10 +8,13 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
 
+#include "c_api/core_state.h"
+#include "horo_c_api.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/tunables.h"
@@ -30,6 +33,7 @@ using namespace horo;
 namespace {
 
 // Shared: a thread blocked in wait() keeps the engine alive while another shuts it down.
+// Replaced only with std::atomic_store: native framework kernels read it from their own threads.
 std::shared_ptr<Engine> g_engine;
 ProcessInfo g_info;
 std::string g_transport = "none";  // what carries the global set (world_transport.h)
@@ -68,7 +72,7 @@ void init(int64_t fortran_comm) {
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
                       std::to_string(g_info.local_size) + " local ranks (rank 0's host), transport " + g_transport;
-  g_engine = std::make_shared<Engine>(std::move(world), tunables);
+  std::atomic_store(&g_engine, std::make_shared<Engine>(std::move(world), tunables));
   set_log_sink(&log_to_python);
 }
 
@@ -87,7 +91,7 @@ void shutdown() {
   if (!g_engine) return;
   py::gil_scoped_release release;
   g_engine->shutdown();
-  g_engine.reset();
+  std::atomic_store(&g_engine, std::shared_ptr<Engine>());
 }
 
 // A GPU tensor: its CUDA device and the stream that produces it. The event
@@ -191,6 +195,14 @@ py::object wait(int handle, uintptr_t stream) {
 
 }  // namespace
 
+std::shared_ptr<Engine> horo::running_engine() { return std::atomic_load(&g_engine); }
+
+bool horo::running_process_info(ProcessInfo* info) {
+  if (!std::atomic_load(&g_engine)) return false;
+  *info = g_info;
+  return true;
+}
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "horo's compiled core: MPI transport, background coordination, fusion, ring all-reduce";
   // HoroError stays the one base every horo error shares; its two Horovod-shaped subclasses let
@@ -261,6 +273,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
         "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
         "current cudaStream_t) is made to wait for the results.");
+  m.def(
+      "c_api_address", [] { return reinterpret_cast<uintptr_t>(horo_c_api_table()); },
+      "Address of the C function table (c_api/horo_c_api.h) that native framework ops call.");
+  m.attr("c_api_version") = HORO_C_API_VERSION;
   m.attr("collective_codes") = [] {
     py::dict codes;
     for (int t = 0; t < kNumCollectiveTypes; ++t) codes[collective_name(static_cast<CollectiveType>(t))] = t;

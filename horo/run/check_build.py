@@ -63,8 +63,20 @@ def framework_rows():
             notes.append(f"{module} {version}" if version else module)
             if plugin:
                 notes.append(f"{plugin} {'available' if _find_spec(plugin) else 'not installed'}")
+            if module == "tensorflow" and _find_spec(plugin):
+                notes.append(f"collectives: {tensorflow_ops_path()}")
         rows.append((found, label, "; ".join(notes)))
     return rows
+
+
+def tensorflow_ops_path():
+    """Native AsyncOpKernels or the numpy_function fallback (imports TensorFlow; may build the op library)."""
+    try:
+        from horo.tensorflow import native
+
+        return native.describe()
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        return f"unknown ({type(e).__name__}: {e})"
 
 
 def dlopen_library(name, sonames):

@@ -10,8 +10,10 @@
     if first_batch:
         hvd.broadcast_variables(model.variables, root_rank=0)
 
-Pure Python (no TensorFlow headers compiled): the collectives run eagerly, or as
-tf.numpy_function ops inside tf.function, with gradients registered.
+The collectives are native asynchronous TensorFlow ops (AsyncOpKernels, built against
+the installed TensorFlow at first import and cached; see native.py), so they work
+eagerly, in tf.function, in Keras model.fit and in SavedModels, with gradients
+registered. Where the op library cannot be built they fall back to tf.numpy_function.
 """
 from horo.errors import HoroError, HorovodInternalError, HoroValueError, HostsUpdatedInterrupt
 from horo.timeline import start_timeline, stop_timeline

@@ -17,22 +17,33 @@ cross_rank = _basics.cross_rank
 mpi_threads_supported = _basics.mpi_threads_supported
 
 
+def _process_info_op(native_op, value, name):
+    # Native ops read the value when they run (a SavedModel reports the job it runs in);
+    # the fallback bakes in this process's value.
+    from horo.tensorflow import native
+
+    lib = native.library()
+    if lib is not None:
+        return getattr(lib, native_op)(name=name)
+    return tf.constant(value(), dtype=tf.int32, name=name)
+
+
 def size_op(process_set_id=0, name=None):
     if process_set_id != 0:
         raise ValueError("size_op(process_set_id=...): use process_set.size() for a process set's size")
-    return tf.constant(size(), dtype=tf.int32, name=name)
+    return _process_info_op("horo_size", size, name)
 
 
 def rank_op(name=None):
-    return tf.constant(rank(), dtype=tf.int32, name=name)
+    return _process_info_op("horo_rank", rank, name)
 
 
 def local_size_op(name=None):
-    return tf.constant(local_size(), dtype=tf.int32, name=name)
+    return _process_info_op("horo_local_size", local_size, name)
 
 
 def local_rank_op(name=None):
-    return tf.constant(local_rank(), dtype=tf.int32, name=name)
+    return _process_info_op("horo_local_rank", local_rank, name)
 
 
 def is_homogeneous():

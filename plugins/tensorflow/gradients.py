@@ -87,7 +87,12 @@ def broadcast_group(tensors, names, root_rank, process_set):
                 process_set,
             )
             for i, g in zip(float_at, summed):
-                grads[i] = g if horo.rank() == root_rank else tf.zeros_like(g)
+                if horo.rank() != root_rank:
+                    # Zeros computed from the allreduce, as Horovod does: the native op is not
+                    # stateful, so a graph would prune an unused one here while the root waits
+                    # for this rank (control dependencies on a constant do not survive).
+                    g = g * tf.zeros([], g.dtype)
+                grads[i] = g
             return grads
 
         return ys, grad

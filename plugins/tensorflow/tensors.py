@@ -1,7 +1,9 @@
 """TensorFlow values <-> the NumPy arrays horo's core works on, eagerly or inside a graph.
 
-Eagerly, a collective runs right away on `tensor.numpy()`. Inside `tf.function`
-it becomes one `tf.numpy_function` op whose Python body runs at every execution.
+Collectives normally run as native ops (native_ops.py); `run` below serves the
+numpy_function fallback (numpy_ops.py). There, eagerly, a collective runs right away
+on `tensor.numpy()`; inside `tf.function` it becomes one `tf.numpy_function` op whose
+Python body runs at every execution.
 tf.function's automatic control dependencies run stateful ops (numpy_function is
 one) in program order, so each rank submits its blocking collectives in the order
 the program states them, and a group is one op (all enqueued, then all awaited),
