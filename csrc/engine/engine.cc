@@ -122,17 +122,17 @@ void Engine::loop() {
     while (!stop) {
       bool pending = false;
       for (auto& kv : sets_) pending |= kv.second.controller->has_pending();
-      if (!pending) {
-        // Where the global set's transport sees its peers (shared memory), an
-        // idle loop sleeps until this rank or a peer has work: no polling period.
-        auto local_work = [this] { return queue_.has_work() || shutdown_requested_; };
-        if (!shutdown_requested_ && sets_.at(0).transport->wait_for_peers(local_work, kIdleWakeup)) {
-          queue_.clear_woken();
-        } else {
-          queue_.wait_for_work(shutdown_requested_ ? microseconds(0) : cycle_time);
-        }
-      } else if (backoff.count() > 0) {
-        queue_.wait_for_work(backoff);
+      // Where the global set's transport sees its peers (shared memory), the
+      // loop sleeps until this rank or a peer has work: no polling period when
+      // idle, and a peer that starts a cycle ends a backoff at once.
+      auto local_work = [this] { return queue_.has_work() || shutdown_requested_; };
+      const auto timeout = !pending ? kIdleWakeup : backoff;
+      if (shutdown_requested_ || (pending && backoff.count() == 0)) {
+        if (!pending) queue_.wait_for_work(microseconds(0));
+      } else if (sets_.at(0).transport->wait_for_peers(local_work, timeout)) {
+        queue_.clear_woken();
+      } else {
+        queue_.wait_for_work(pending ? backoff : cycle_time);
       }
       const int64_t cycle_start = timeline_.activity_start();
       // Route new requests to their set; a set this rank is not in fails at once.

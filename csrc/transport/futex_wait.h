@@ -28,6 +28,10 @@ struct Doorbell {
 // be seq_cst, or at least ordered before this load).
 void ring(Doorbell& bell);
 
+// Spins (a few microseconds with a CPU pause, then yielding the core) until
+// ready() holds or `spin` has passed; returns ready().
+bool spin_for(const std::function<bool()>& ready, std::chrono::microseconds spin);
+
 // Returns when ready() holds. Spins (with a CPU pause) for `spin`, then
 // sleeps on `bell` in slices of `check_every`; after each slice that ends
 // with ready() still false, calls on_slow() (which may throw, e.g. on a dead

@@ -63,6 +63,9 @@ bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::
     }
     return false;
   };
+  // Calls often come back to back (a training step's gradients, a latency loop):
+  // a short spin catches the next one without a futex sleep and wake-up.
+  if (spin_for(ready, spin_)) return true;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Doorbell& bell = segment_.bell();
   while (!ready()) {
