@@ -130,7 +130,7 @@ def test_single_process_without_mpirun_is_a_world_of_size_one():
         assert np.array_equal(horo.allreduce(x), x)
         assert np.array_equal(horo.allreduce(x, op=horo.Sum, prescale_factor=0.5, postscale_factor=4.0), x * 2)
         xi = np.arange(10, dtype=np.int32)
-        expected = np.trunc(np.trunc(xi * 0.5) * 3.0).astype(np.int32)  # Horovod: scaled in float64, truncated back
+        expected = np.trunc(np.trunc(xi * 0.5) * 3.0).astype(np.int32)  # float64, truncated at each step (Horovod)
         assert np.array_equal(horo.allreduce(xi, op=horo.Sum, prescale_factor=0.5, postscale_factor=3.0), expected)
         # grouped
         xs = [np.arange(n, dtype=np.float64) for n in (0, 1, 5)]

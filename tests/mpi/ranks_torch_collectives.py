@@ -23,7 +23,7 @@ from horo_reference import (
 from rank_helpers import expect_raise_on_every_rank
 
 TORCH_DTYPES = {
-    "uint8": torch.uint8, "int8": torch.int8, "int32": torch.int32, "int64": torch.int64,
+    "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
 }
 
