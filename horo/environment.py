@@ -21,6 +21,13 @@ NON_CORE_NAMES = {
     "HORO_DEMO_NP": "scripts/demo.sh: ranks",
     "HORO_DEMO_TIMEOUT": "scripts/demo.sh: time limit",
     "HORO_BENCH_COLOR": "horo-bench: colour output",
+    "HORO_SANITIZE": "build the core with these sanitizers (setup.py, CMake)",
+    "HORO_GPU_TEST_WHEELS": "scripts/setup.sh: 0 skips the NCCL/CUDA runtime wheels the GPU loader tests use",
+    "HORO_TF_NATIVE": "0: TensorFlow collectives through tf.numpy_function instead of the native op library",
+    "HORO_CACHE_DIR": "where the TensorFlow op library is built and cached",
+    "HORO_CLUSTER_NAME": "scripts/cluster.sh: the namespaced test cluster's name",
+    "HORO_CLUSTER_HOSTS": "scripts/cluster.sh: the namespaced test cluster's hosts",
+    "HORO_CLUSTER_STATE": "scripts/cluster.sh: where the test cluster keeps its state",
 }
 NON_CORE_PREFIXES = ("HORO_TEST_",)
 
