@@ -6,6 +6,7 @@ build, the set-up scripts, the launcher and the tests read themselves (below).
 import difflib
 import logging
 import os
+import sys
 
 _log = logging.getLogger("horo")
 
@@ -74,4 +75,7 @@ def warn_about_unknown_names(core_rows, environ=None):
         return
     _warned = True
     for message in unknown_name_messages(os.environ if environ is None else environ, core_rows):
+        # As the core's own warnings: on stderr, and to logger "horo" for applications that route
+        # it (horo gives that logger a NullHandler, so Python's last-resort printer stays quiet).
+        print(f"[horo WARNING] {message}", file=sys.stderr, flush=True)
         _log.warning(message)

@@ -49,6 +49,12 @@ int submit(const horo_request* request, horo_done_fn done, void* user, int* stat
   if (!op_valid(request->op)) {
     return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': unsupported reduction op " + std::to_string(request->op));
   }
+  if (collective_reduces(static_cast<CollectiveType>(request->collective)) &&
+      !dtype_reducible(static_cast<DataType>(request->dtype))) {
+    return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': " +
+                                             dtype_name(static_cast<DataType>(request->dtype)) +
+                                             " tensors cannot be reduced; cast to an integer or float dtype first");
+  }
   TensorEntry entry;
   Request& r = entry.request;
   r.type = static_cast<CollectiveType>(request->collective);

@@ -83,4 +83,8 @@ const char* collective_name(CollectiveType type) {
 
 bool collective_valid(int code) { return code >= 0 && code < kNumCollectiveTypes; }
 
+bool collective_reduces(CollectiveType type) {
+  return type == CollectiveType::kAllreduce || type == CollectiveType::kReducescatter || type == CollectiveType::kReduce;
+}
+
 }  // namespace horo

@@ -68,5 +68,7 @@ bool op_valid(int code);
 
 const char* collective_name(CollectiveType type);
 bool collective_valid(int code);
+// Allreduce, reducescatter and reduce combine values (the dtype must be reducible).
+bool collective_reduces(CollectiveType type);
 
 }  // namespace horo

@@ -121,10 +121,7 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
     reject(type, name, process_set, "unsupported reduction op " + std::to_string(op));
     throw py::value_error(kind + " '" + name + "': unsupported reduction op " + std::to_string(op));
   }
-  const auto collective = static_cast<CollectiveType>(type);
-  const bool reduces = collective == CollectiveType::kAllreduce || collective == CollectiveType::kReducescatter ||
-                       collective == CollectiveType::kReduce;
-  if (reduces && !dtype_reducible(static_cast<DataType>(dtype))) {
+  if (collective_reduces(static_cast<CollectiveType>(type)) && !dtype_reducible(static_cast<DataType>(dtype))) {
     const std::string why = std::string(dtype_name(static_cast<DataType>(dtype))) +
                             " tensors cannot be reduced; cast to an integer or float dtype first";
     reject(type, name, process_set, why);

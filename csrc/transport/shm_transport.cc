@@ -52,7 +52,10 @@ void ShmTransport::step() {
     }
     return true;
   };
-  wait_until(segment_.bell(), everyone_here, spin_, std::chrono::milliseconds(100), [this] { fail_if_a_peer_died(); });
+  wait_until(segment_.bell(), everyone_here, spin_, std::chrono::milliseconds(100), [this] {
+    keep_mpi_moving();
+    fail_if_a_peer_died();
+  });
 }
 
 bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) {
@@ -74,10 +77,16 @@ bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::
     // Same protocol as wait_until: register, re-test, sleep on the epoch read before the test.
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t epoch = bell.epoch.load(std::memory_order_seq_cst);
-    if (!ready()) futex_wait_shared(&bell.epoch, epoch, left);
+    if (!ready()) futex_wait_shared(&bell.epoch, epoch, std::min(left, std::chrono::microseconds(100000)));
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    keep_mpi_moving();
   }
   return true;
+}
+
+void ShmTransport::keep_mpi_moving() {
+  int arrived = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, inner_->comm(), &arrived, MPI_STATUS_IGNORE);
 }
 
 void ShmTransport::fail_if_a_peer_died() {

@@ -62,6 +62,10 @@ class ShmTransport : public Transport {
   // announce it, then wait until every peer has said the same.
   void step();
   void fail_if_a_peer_died();
+  // Point-to-point (the ring, a hierarchical step) runs over MPI, whose messages
+  // move only while both ends call into MPI: a rank that waits here pokes it every
+  // slice, or a peer still finishing its ring step could wait for this one forever.
+  void keep_mpi_moving();
   char* slot(int r) { return segment_.data(r, half_); }
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.

@@ -5,6 +5,8 @@ allreduces, sparse allreduce and sparse gradients, DistributedOptimizer's attrib
 
 Runs inside each MPI rank (tests/test_horovod_compat.py launches it at np=2 and 3).
 """
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -156,11 +158,15 @@ def test_sparse_embedding_gradients_train_identically_on_every_rank(comm, rank, 
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True), torch.nn.Flatten(), torch.nn.Linear(8, 1))
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     start = [p.detach().clone() for p in model.parameters()]
+    batch = torch.tensor([[rank, 9 - rank], [3, 3]])
+    # This rank's own gradients, from a copy without horo's hooks: the in-place allreduce that
+    # DistributedOptimizer starts from each hook may already have replaced p.grad before step().
+    reference = copy.deepcopy(model)
+    reference(batch).sum().backward()
+    local_grads = [p.grad.to_dense().clone() if p.grad.is_sparse else p.grad.clone() for p in reference.parameters()]
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
                                    named_parameters=model.named_parameters())
-    batch = torch.tensor([[rank, 9 - rank], [3, 3]])
     model(batch).sum().backward()
-    local_grads = [p.grad.to_dense().clone() if p.grad.is_sparse else p.grad.clone() for p in model.parameters()]
     opt.step()
     # The reference: plain SGD with every rank's gradient averaged (gathered with mpi4py).
     for p0, p, g in zip(start, model.parameters(), local_grads):

@@ -46,6 +46,8 @@ int horo_dtype(DataType dtype) {
     case DT_BFLOAT16: return 5;
     case DT_FLOAT: return 6;
     case DT_DOUBLE: return 7;
+    case DT_INT16: return 8;
+    case DT_BOOL: return 9;
     default: return -1;
   }
 }
@@ -407,7 +409,7 @@ Status rows_unknown_shape(InferenceContext* c, int input, int output) {
 
 }  // namespace
 
-#define HORO_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double}"
+#define HORO_TYPES "{uint8, int8, int16, int32, int64, half, bfloat16, float, double, bool}"
 
 REGISTER_OP("HoroAllreduce")
     .Attr("T: " HORO_TYPES)
