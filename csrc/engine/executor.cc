@@ -3,29 +3,12 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "engine/row_layout.h"
 #include "reduce/reduce_kernels.h"
 
 namespace horo {
 
 namespace {
-
-size_t elements(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
-// Elements in one slice along the first dimension.
-size_t row_elements(const std::vector<int64_t>& shape) {
-  return shape.empty() ? 1 : elements(std::vector<int64_t>(shape.begin() + 1, shape.end()));
-}
-
-// Rows of a first dimension of `rows` that rank r gets: the first rows % n ranks one more (Horovod's split).
-std::vector<size_t> split_rows(size_t rows, int n) {
-  std::vector<size_t> out(n, rows / n);
-  for (size_t r = 0; r < rows % n; ++r) ++out[r];
-  return out;
-}
 
 double final_scale(const Request& spec, int size) {
   return spec.op == ReduceOp::kAverage ? spec.postscale / size : spec.postscale;

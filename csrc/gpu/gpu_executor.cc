@@ -6,28 +6,13 @@
 #include <set>
 
 #include "common/error.h"
+#include "engine/row_layout.h"
 #include "gpu/cuda_loader.h"
 #include "gpu/nccl_loader.h"
 
 namespace horo {
 
 namespace {
-
-size_t elements(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
-size_t row_elements(const std::vector<int64_t>& shape) {
-  return shape.empty() ? 1 : elements(std::vector<int64_t>(shape.begin() + 1, shape.end()));
-}
-
-std::vector<size_t> split_rows(size_t rows, int n) {
-  std::vector<size_t> out(n, 0);
-  for (int r = 0; r < n; ++r) out[r] = rows / n + (static_cast<size_t>(r) < rows % n ? 1 : 0);
-  return out;
-}
 
 size_t first_dim(const std::vector<int64_t>& shape) { return shape.empty() ? 1 : static_cast<size_t>(shape[0]); }
 

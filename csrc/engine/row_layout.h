@@ -1,0 +1,30 @@
+// How a tensor's first dimension is laid out across ranks: the arithmetic the
+// CPU executor and the GPU executor share (Horovod's split: the first
+// rows % n ranks get one row more).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace horo {
+
+inline size_t elements(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+// Elements in one slice along the first dimension.
+inline size_t row_elements(const std::vector<int64_t>& shape) {
+  return shape.empty() ? 1 : elements(std::vector<int64_t>(shape.begin() + 1, shape.end()));
+}
+
+// Rows of a first dimension of `rows` that each of n ranks gets.
+inline std::vector<size_t> split_rows(size_t rows, int n) {
+  std::vector<size_t> out(n, rows / n);
+  for (size_t r = 0; r < rows % n; ++r) ++out[r];
+  return out;
+}
+
+}  // namespace horo
