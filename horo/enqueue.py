@@ -1,7 +1,6 @@
 """The one path from the Python API into the core: name the tensor, check the
 buffers, describe them, enqueue, and remember what synchronize() returns."""
 import collections
-import contextlib
 import itertools
 
 from horo import dtypes, process_sets
@@ -36,17 +35,26 @@ def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postsca
                   caller_stream=array.caller_stream if gpu else None)
 
 
-@contextlib.contextmanager
-def refusing(collective, name, process_set=None):
+class refusing:
     """Argument checks of a named collective: when one fails on this rank, the other
-    ranks hear of it (their namesakes fail too) instead of waiting for this rank forever."""
-    try:
-        yield
-    except Exception as e:
-        set_id = 0 if process_set is None else process_set.process_set_id
+    ranks hear of it (their namesakes fail too) instead of waiting for this rank forever.
+    (A class, not @contextmanager: it wraps every call, and a generator costs microseconds.)"""
+
+    __slots__ = ("collective", "name", "process_set")
+
+    def __init__(self, collective, name, process_set=None):
+        self.collective, self.name, self.process_set = collective, name, process_set
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, _traceback):
+        if e is None or not isinstance(e, Exception):
+            return False
+        set_id = 0 if self.process_set is None else self.process_set.process_set_id
         if set_id is not None and _core.is_initialized():
-            _core.reject(_CODES[collective], name, set_id, str(e))
-        raise
+            _core.reject(_CODES[self.collective], self.name, set_id, str(e))
+        return False
 
 
 def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,
@@ -56,7 +64,7 @@ def submit(collective, name, input_address, output_address, dtype_code, shape, f
     NumPy); `keepalive` holds the buffers until synchronize(), since the core reads and writes them.
     GPU buffers: `device` (>= 0), the producer's `stream`, and `caller_stream()`, called at
     synchronize() for the stream that must wait for the results."""
-    set_id = process_sets.resolve(process_set, name)[0]
+    set_id = 0 if process_set is None else process_sets.resolve(process_set, name)[0]
     handle = _core.enqueue(_CODES[collective], name, input_address, output_address, dtype_code, shape, op,
                            float(prescale), float(postscale), int(root), list(splits), set_id, device, stream)
     return track(handle, name, finish, keepalive, caller_stream)

@@ -3,6 +3,7 @@ import numpy as np
 
 from horo.errors import HoroValueError
 from horo import cuda_arrays
+from horo._native import _core
 
 
 def as_array(tensor, name, in_place=False):
@@ -35,7 +36,7 @@ def as_array(tensor, name, in_place=False):
 def address(array):
     if isinstance(array, cuda_arrays.CudaBuffer):
         return array.address
-    return array.__array_interface__["data"][0]
+    return _core.data_address(array)
 
 
 def empty(shape, dtype, like):

@@ -33,6 +33,9 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SHM_SMALL_BYTES", "", "16384",
        "shared-memory allreduce at or below this size: one step, every rank reduces the whole buffer "
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
+      {"HORO_SHM_SINGLE_COPY_BYTES", "", "1048576",
+       "shared-memory broadcast, allgather, alltoall, gather and scatter from this size up: receivers read "
+       "straight from the senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
@@ -144,6 +147,7 @@ Tunables Tunables::from_environment() {
   if (t.shm_chunk_bytes < 4096) t.shm_chunk_bytes = 4096;
   t.shm_small_bytes = static_cast<int64_t>(number("HORO_SHM_SMALL_BYTES"));
   if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
+  t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");
   t.hierarchical_min_bytes = static_cast<int64_t>(number("HORO_HIERARCHICAL_MIN_BYTES"));

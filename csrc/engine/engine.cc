@@ -7,12 +7,16 @@
 #include "common/logging.h"
 #include "engine/fusion_buffer.h"
 #include "reduce/reduce_kernels.h"
+#include "transport/futex_wait.h"
 
 namespace horo {
 
 namespace {
 // How long an idle loop that is woken by any peer's activity sleeps at most.
 constexpr std::chrono::microseconds kIdleWakeup{1000000};
+// How long the loop leaves a new tensor to a caller that may run its cycle
+// itself (Engine::help) before running it: far below any step's compute.
+constexpr std::chrono::microseconds kCallerGrace{100};
 bool refused_here(const Response& error, int set_rank) {
   return std::find(error.per_rank.begin(), error.per_rank.end(), set_rank) != error.per_rank.end();
 }
@@ -36,6 +40,7 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   add_set(0, std::move(transport), std::move(everyone));
   Transport* global = sets_.at(0).transport.get();
   queue_.set_on_work([global] { global->wake_local(); });
+  callers_may_run_ = global->watches_peers();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -51,6 +56,9 @@ Engine::~Engine() { shutdown(); }
 
 int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete) {
   if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
+  // GPU work stays on the background thread (device guards would make any thread
+  // work, but that path has not run on a GPU yet): no caller runs cycles from here on.
+  if (entry.request.memory == Memory::kCuda) callers_may_run_ = false;
   const std::string name = entry.request.name;
   const int entry_set = entry.request.process_set;
   if (on_complete) {
@@ -112,16 +120,28 @@ void Engine::stop_timeline() {
   timeline_.stop(!stopped_);
 }
 
+bool Engine::any_pending() const {
+  for (auto& kv : sets_) {
+    if (kv.second.controller->has_pending()) return true;
+  }
+  return false;
+}
+
 void Engine::loop() {
   using namespace std::chrono;
   const auto cycle_time = duration_cast<microseconds>(duration<double, std::milli>(tunables_.cycle_time_ms));
   auto backoff = microseconds(0);  // grows while pending tensors make no progress
+  // Set 0 lives until the loop ends; its transport is safe to wait on without the lock.
+  Transport* global = sets_.at(0).transport.get();
   try {
-    bool stop = false;
-    std::vector<Timeline::Clock::time_point> enqueued_at;
-    while (!stop) {
-      bool pending = false;
-      for (auto& kv : sets_) pending |= kv.second.controller->has_pending();
+    for (;;) {
+      bool pending;
+      {
+        std::lock_guard<std::mutex> lock(cycle_mutex_);
+        if (helper_failure_) std::rethrow_exception(helper_failure_);
+        if (stop_) break;
+        pending = any_pending();
+      }
       // Where the global set's transport sees its peers (shared memory), the
       // loop sleeps until this rank or a peer has work: no polling period when
       // idle, and a peer that starts a cycle ends a backoff at once.
@@ -129,49 +149,31 @@ void Engine::loop() {
       const auto timeout = !pending ? kIdleWakeup : backoff;
       if (shutdown_requested_ || (pending && backoff.count() == 0)) {
         if (!pending) queue_.wait_for_work(microseconds(0));
-      } else if (sets_.at(0).transport->wait_for_peers(local_work, timeout)) {
+      } else if (global->wait_for_peers(local_work, timeout, !callers_may_run_)) {
         queue_.clear_woken();
+        // A caller about to wait for its tensor, or for the tensor a peer's
+        // cycle is about, runs that cycle itself (help()), with its tensor in
+        // it; joining at once would only run a cycle without it.
+        if (callers_may_run_ && !shutdown_requested_) std::this_thread::sleep_for(kCallerGrace);
       } else {
         queue_.wait_for_work(pending ? backoff : cycle_time);
       }
-      const int64_t cycle_start = timeline_.activity_start();
-      // Route new requests to their set; a set this rank is not in fails at once.
-      std::map<int, std::vector<Request>> arrived;
-      std::vector<Request> requests = queue_.take_new_requests(&enqueued_at);
-      for (size_t i = 0; i < requests.size(); ++i) {
-        Request& q = requests[i];
-        if (sets_.count(q.process_set)) {
-          timeline_.negotiation_started(q.process_set, q, enqueued_at[i], cycle_start);
-          arrived[q.process_set].push_back(std::move(q));
+      bool progressed;
+      {
+        std::lock_guard<std::mutex> lock(cycle_mutex_);
+        if (helper_failure_) std::rethrow_exception(helper_failure_);
+        if (stop_) break;
+        // A caller waiting for its tensor may have run the cycle this wake-up was for.
+        if (global->watches_peers() && !shutdown_requested_ && !queue_.has_work() && !any_pending() &&
+            !global->peers_ahead()) {
           continue;
         }
-        TensorEntry e;
-        if (queue_.take(q.process_set, q.name, &e)) {
-          fail({std::move(e)}, "process set " + std::to_string(q.process_set) + " does not exist on this rank");
-        }
-      }
-      bool progressed = false;
-      size_t responses = 0;
-      // Ids ascend on every rank, so members of a set reach its cycle in the same order.
-      std::vector<int> ids;
-      for (auto& kv : sets_) ids.push_back(kv.first);
-      for (int id : ids) {
-        if (!sets_.count(id)) continue;  // removed earlier in this pass
-        const bool global = id == 0;
-        Controller::Cycle cycle = sets_[id].controller->run_cycle(std::move(arrived[id]),
-                                                                  global && shutdown_requested_);
-        progressed |= !cycle.responses.empty();
-        responses += cycle.responses.size();
-        timeline_.cycle_finished(id, cycle.responses);
-        execute(id, std::move(cycle.responses));
-        stop |= global && cycle.shutdown;
+        progressed = run_pass();
       }
       // Waiting on peers costs a polite poll inside the cycle; back-to-back
       // cycles only spin when every rank waits on the others' callers, so
       // back off then (bounded by the cycle time).
       backoff = progressed ? microseconds(0) : std::min(cycle_time, std::max(microseconds(20), backoff * 2));
-      if (progressed) timeline_.mark_cycle(cycle_start, static_cast<int64_t>(responses));
-      timeline_.flush();
     }
     stop_reason_ = "";
     fail_everything("horo was shut down (by this or another rank) while this tensor was pending");
@@ -180,10 +182,74 @@ void Engine::loop() {
     stop_reason_ = std::string(" after an internal error: ") + e.what();
     fail_everything(std::string("horo's background thread failed: ") + e.what());
   }
+  std::lock_guard<std::mutex> lock(cycle_mutex_);
+  stop_ = true;  // no caller runs a cycle from here on
   timeline_.engine_exited();
   queue_.set_on_work(nullptr);  // before the transport it calls goes
   // Frees the communicators, sub-sets first; every rank leaves the loop in the same cycle.
   while (!sets_.empty()) sets_.erase(std::prev(sets_.end()));
+}
+
+bool Engine::run_pass() {
+  const int64_t cycle_start = timeline_.activity_start();
+  // Route new requests to their set; a set this rank is not in fails at once.
+  std::map<int, std::vector<Request>> arrived;
+  std::vector<Request> requests = queue_.take_new_requests(&enqueued_at_);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& q = requests[i];
+    if (sets_.count(q.process_set)) {
+      timeline_.negotiation_started(q.process_set, q, enqueued_at_[i], cycle_start);
+      arrived[q.process_set].push_back(std::move(q));
+      continue;
+    }
+    TensorEntry e;
+    if (queue_.take(q.process_set, q.name, &e)) {
+      fail({std::move(e)}, "process set " + std::to_string(q.process_set) + " does not exist on this rank");
+    }
+  }
+  bool progressed = false;
+  size_t responses = 0;
+  // Ids ascend on every rank, so members of a set reach its cycle in the same order.
+  std::vector<int> ids;
+  for (auto& kv : sets_) ids.push_back(kv.first);
+  for (int id : ids) {
+    if (!sets_.count(id)) continue;  // removed earlier in this pass
+    const bool global = id == 0;
+    Controller::Cycle cycle =
+        sets_[id].controller->run_cycle(std::move(arrived[id]), global && shutdown_requested_);
+    progressed |= !cycle.responses.empty();
+    responses += cycle.responses.size();
+    timeline_.cycle_finished(id, cycle.responses);
+    execute(id, std::move(cycle.responses));
+    stop_ |= global && cycle.shutdown;
+  }
+  if (progressed) timeline_.mark_cycle(cycle_start, static_cast<int64_t>(responses));
+  timeline_.flush();
+  return progressed;
+}
+
+void Engine::help(int handle) {
+  if (!callers_may_run_ || shutdown_requested_) return;
+  std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || stop_ || helper_failure_ || handles_.poll(handle, true)) return;
+  Transport& global = *sets_.at(0).transport;
+  auto done = [&] { return handles_.poll(handle, true) || stop_ || shutdown_requested_; };
+  auto news = [&] { return done() || queue_.has_work() || global.peers_ahead(); };
+  global.set_caller_cycles(true);
+  try {
+    // Our tensor is new: start a cycle now. Then join the cycles peers start
+    // (their callers' tensors) until ours has run or they go quiet.
+    do {
+      run_pass();
+    } while (!done() && spin_for(news, std::chrono::microseconds(tunables_.spin_microseconds)) && !done());
+  } catch (...) {
+    // The background thread ends the engine the way it would have had it run this cycle.
+    helper_failure_ = std::current_exception();
+  }
+  global.set_caller_cycles(false);
+  const bool more = helper_failure_ || queue_.has_work() || any_pending() || global.peers_ahead();
+  lock.unlock();
+  if (more) queue_.wake();  // the background thread takes over
 }
 
 void Engine::fail(std::vector<TensorEntry> entries, const std::string& why) {

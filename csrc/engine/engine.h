@@ -1,14 +1,18 @@
 // One per process: the tensor queue, the handle table and the background
 // thread that runs coordination cycles and executes what they agree on.
-// All network traffic happens on that thread. Each process set this rank
+// Network traffic happens on that thread, or, where handing over costs more
+// than the collective (shared memory, see help()), on a caller waiting for
+// its own tensor; a mutex keeps cycles one at a time. Each process set this rank
 // belongs to (0 is every rank) has its own transport, controller and
 // executor; one loop cycles them in id order, so members of a set always
 // meet in that set's cycles and sets never wait on each other's tensors.
 #pragma once
 
 #include <atomic>
+#include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -43,6 +47,12 @@ class Engine {
     queue_.release(handle);
     return true;
   }
+  // Runs coordination cycles on the calling thread until `handle` completes
+  // or the peers stop answering within the spin time, where the transport
+  // lets a caller do so (shared memory, CPU tensors only): a small collective
+  // then costs no hand-over to the background thread and back. Returns at
+  // once when another thread is running a cycle. Call without the GIL.
+  void help(int handle);
   // Collective in effect: the first rank to ask stops every rank's loop.
   void shutdown();
   bool stopped() const { return stopped_; }
@@ -59,6 +69,10 @@ class Engine {
     std::unique_ptr<GpuExecutor> gpu;  // made on the set's first GPU tensor
   };
   void loop();
+  // One cycle of every process set and the execution of what they agreed on.
+  // Caller holds cycle_mutex_. True when anything ran.
+  bool run_pass();
+  bool any_pending() const;
   void add_set(int id, std::unique_ptr<Transport> transport, std::vector<int> members);
   void execute(int set_id, std::vector<Response> responses);
   // Process-set changes, agreed on the global set like any collective.
@@ -71,7 +85,15 @@ class Engine {
   Timeline timeline_;  // outlives the executors that record into it
   TensorQueue queue_;
   HandleTable handles_;
-  std::map<int, ProcessSet> sets_;  // background thread only
+  // Cycle state: touched only under cycle_mutex_ (by the background thread or a helping caller).
+  std::mutex cycle_mutex_;
+  std::map<int, ProcessSet> sets_;
+  std::vector<Timeline::Clock::time_point> enqueued_at_;
+  bool stop_ = false;                   // a cycle agreed to shut down
+  std::exception_ptr helper_failure_;   // a helping caller's cycle threw: the loop rethrows it
+  // Callers may run cycles: the global transport watches its peers, and no GPU
+  // tensor has been seen (their CUDA context belongs to the background thread).
+  std::atomic<bool> callers_may_run_{false};
   int next_set_id_ = 1;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};

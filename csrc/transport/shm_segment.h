@@ -17,10 +17,14 @@
 
 namespace horo {
 
-// Each rank's own cache line: peers poll it, nobody else writes it.
+// Each rank's own cache line: peers poll it and ring its bell.
 struct alignas(64) ShmRankState {
   std::atomic<uint64_t> seq{0};  // steps this rank has completed
   std::atomic<int32_t> pid{0};
+  // 1 while a caller thread of this rank runs its cycles (Engine::help):
+  // peers that begin a cycle need not wake its background thread then.
+  std::atomic<uint32_t> caller_cycles{0};
+  Doorbell idle;  // the rank's idle background thread sleeps here
 };
 
 // Small fixed-size values a round carries beside its data (lengths, counts).

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "transport/cross_memory.h"
 #include "reduce/reduce_kernels.h"
 
 namespace horo {
@@ -34,7 +35,39 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       segment_(inner_->comm(), std::max(inner_->settings().shm_chunk_bytes, kLine * inner_->size())),
       chunk_(segment_.chunk_bytes()),
       small_bytes_(std::min(inner_->settings().shm_small_bytes, segment_.chunk_bytes())),
-      spin_(inner_->settings().spin_microseconds) {}
+      spin_(inner_->settings().spin_microseconds) {
+  if (inner_->settings().shm_single_copy_bytes > 0 && cross_memory_works(inner_->comm())) {
+    single_copy_bytes_ = inner_->settings().shm_single_copy_bytes;
+  }
+}
+
+void ShmTransport::publish_addresses(const void* address, const void* extra) {
+  begin_round();
+  mail(rank_)[0] = reinterpret_cast<uint64_t>(address);
+  mail(rank_)[1] = reinterpret_cast<uint64_t>(extra);
+  step();
+}
+
+void ShmTransport::read_from(int peer, uint64_t remote, void* local, size_t bytes) {
+  if (!bytes || !read_error_.empty()) return;
+  try {
+    read_peer(segment_.state(peer).pid.load(), remote, local, bytes, peer);
+  } catch (const Error& e) {
+    read_error_ = e.what();
+  }
+}
+
+void ShmTransport::finish_reads() {
+  begin_round();
+  mail(rank_)[3] = read_error_.empty() ? 0 : 1;
+  step();
+  std::string error;
+  std::swap(error, read_error_);
+  for (int p = 0; p < size_ && error.empty(); ++p) {
+    if (mail(p)[3]) error = "rank " + std::to_string(p) + " could not read a peer's buffer (process_vm_readv)";
+  }
+  if (!error.empty()) throw Error(error);
+}
 
 size_t ShmTransport::piece(size_t total, size_t k, size_t per_round) {
   const size_t start = k * per_round;
@@ -42,13 +75,21 @@ size_t ShmTransport::piece(size_t total, size_t k, size_t per_round) {
 }
 
 void ShmTransport::step() {
-  ++seq_;
-  segment_.state(rank_).seq.store(seq_, std::memory_order_seq_cst);
+  const uint64_t seq = ++seq_;
+  segment_.state(rank_).seq.store(seq, std::memory_order_seq_cst);
   ring(segment_.bell());
+  // A peer whose caller runs its cycles joins by itself; any other may sleep
+  // idle and must hear that a cycle began (seq store above, then this load:
+  // a caller that stops after it sees the new seq in peers_ahead()).
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_ && segment_.state(p).caller_cycles.load(std::memory_order_seq_cst) == 0) {
+      ring(segment_.state(p).idle);
+    }
+  }
   int next = 0;  // peers before it have arrived: not polled again
   auto everyone_here = [&] {
     for (; next < size_; ++next) {
-      if (segment_.state(next).seq.load(std::memory_order_seq_cst) < seq_) return false;
+      if (segment_.state(next).seq.load(std::memory_order_seq_cst) < seq) return false;
     }
     return true;
   };
@@ -58,19 +99,21 @@ void ShmTransport::step() {
   });
 }
 
-bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) {
-  auto ready = [&] {
-    if (local_work()) return true;
-    for (int p = 0; p < size_; ++p) {
-      if (segment_.state(p).seq.load(std::memory_order_seq_cst) > seq_) return true;
-    }
-    return false;
-  };
+bool ShmTransport::peers_ahead() {
+  for (int p = 0; p < size_; ++p) {
+    if (segment_.state(p).seq.load(std::memory_order_seq_cst) > seq_) return true;
+  }
+  return false;
+}
+
+bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout,
+                                  bool spin) {
+  auto ready = [&] { return local_work() || peers_ahead(); };
   // Calls often come back to back (a training step's gradients, a latency loop):
   // a short spin catches the next one without a futex sleep and wake-up.
-  if (spin_for(ready, spin_)) return true;
+  if (spin_for(ready, spin ? spin_ : std::chrono::microseconds(0))) return true;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  Doorbell& bell = segment_.bell();
+  Doorbell& bell = segment_.state(rank_).idle;
   while (!ready()) {
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
@@ -189,6 +232,15 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
   char* out = static_cast<char*>(output);
   const char* my = static_cast<const char*>(mine);
   if (my != out + offset[rank_] && byte_counts[rank_]) std::memcpy(out + offset[rank_], my, byte_counts[rank_]);
+  if (single_copy(offset.back() + byte_counts.back())) {
+    publish_addresses(my);
+    for (int i = 1; i < size_; ++i) {  // starting at the next rank: readers spread over the owners
+      const int p = (rank_ + i) % size_;
+      read_from(p, mail(p)[0], out + offset[p], byte_counts[p]);
+    }
+    finish_reads();
+    return;
+  }
   const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), chunk_);
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
@@ -207,6 +259,14 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   char* out = static_cast<char*>(output);
   const char* my = static_cast<const char*>(mine);
   if (rank_ == root && byte_counts[root]) std::memcpy(out + offset[root], my, byte_counts[root]);
+  if (single_copy(offset.back() + byte_counts.back())) {
+    publish_addresses(my);
+    for (int p = 0; p < size_ && rank_ == root; ++p) {
+      if (p != root) read_from(p, mail(p)[0], out + offset[p], byte_counts[p]);
+    }
+    finish_reads();
+    return;
+  }
   const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), chunk_);
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
@@ -226,6 +286,12 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
   const char* in = static_cast<const char*>(input);
   char* my = static_cast<char*>(mine);
   if (rank_ == root && byte_counts[root]) std::memcpy(my, in + offset[root], byte_counts[root]);
+  if (single_copy(offset.back() + byte_counts.back())) {
+    publish_addresses(in);
+    if (rank_ != root) read_from(root, mail(root)[0] + offset[rank_], my, byte_counts[rank_]);
+    finish_reads();
+    return;
+  }
   const size_t per_peer = round_down(chunk_ / size_, kLine);
   const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), per_peer);
   for (size_t k = 0; k < rounds; ++k) {
@@ -257,7 +323,12 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   size_t rounds = 1;
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
-    if (k == 0) mail(rank_)[0] = my_rounds;
+    if (k == 0) {
+      mail(rank_)[0] = my_rounds;
+      // Read straight from this rank's input if round 0 shows the exchange is large (below).
+      mail(rank_)[1] = reinterpret_cast<uint64_t>(in);
+      mail(rank_)[2] = reinterpret_cast<uint64_t>(send_at.data());
+    }
     for (int r = 0; r < size_; ++r) {
       const size_t n = piece(send_bytes[r], k, per_peer);
       if (r != rank_ && n) std::memcpy(slot(rank_) + r * per_peer, in + send_at[r] + k * per_peer, n);
@@ -265,6 +336,18 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
     step();
     if (k == 0) {
       for (int p = 0; p < size_; ++p) rounds = std::max<size_t>(rounds, mail(p)[0]);
+      if (rounds > 1 && single_copy(rounds * per_peer)) {
+        // Each peer's piece for this rank starts at its own send offset, read from its memory first.
+        for (int i = 1; i < size_; ++i) {
+          const int p = (rank_ + i) % size_;
+          if (!recv_bytes[p]) continue;
+          size_t at = 0;
+          read_from(p, mail(p)[2] + rank_ * sizeof(size_t), &at, sizeof(at));
+          read_from(p, mail(p)[1] + at, out + recv_at[p], recv_bytes[p]);
+        }
+        finish_reads();
+        return;
+      }
     }
     for (int p = 0; p < size_; ++p) {
       const size_t n = piece(recv_bytes[p], k, per_peer);
@@ -275,6 +358,12 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
 
 void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   char* p = static_cast<char*>(buf);
+  if (single_copy(bytes)) {
+    publish_addresses(buf);
+    if (rank_ != root) read_from(root, mail(root)[0], p, bytes);
+    finish_reads();  // the root's buffer is free again once every reader is done
+    return;
+  }
   const size_t rounds = ceil_div(bytes, chunk_);
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();

@@ -7,11 +7,16 @@
 // all-gather by copy, chunk by chunk so the data stays in cache (the shape
 // of DeepSpeed's CPU shm allreduce and Open MPI's coll/xhc). The control
 // plane runs through the same slots, so a steady-state cycle sends no MPI
-// message. Point-to-point (the ring) and split stay on the inner MPI transport.
+// message. Large moves (broadcast, allgather, alltoall, gather, scatter) skip
+// the segment where the kernel allows: receivers read the senders' buffers
+// directly (cross_memory.h), one copy instead of two. Point-to-point (the
+// ring) and split stay on the inner MPI transport.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "transport/mpi_transport.h"
 #include "transport/shm_segment.h"
@@ -50,8 +55,12 @@ class ShmTransport : public Transport {
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
   void broadcast_bytes(std::string& data, int root) override;
-  bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) override;
-  void wake_local() override { ring(segment_.bell()); }
+  bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout,
+                      bool spin = true) override;
+  void wake_local() override { ring(segment_.state(rank_).idle); }
+  bool watches_peers() const override { return true; }
+  bool peers_ahead() override;
+  void set_caller_cycles(bool on) override { segment_.state(rank_).caller_cycles.store(on ? 1 : 0); }
 
  private:
   // Rounds alternate between the two halves of every slot: a rank may fill
@@ -70,6 +79,16 @@ class ShmTransport : public Transport {
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
+  // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly.
+  bool single_copy(size_t bytes) const { return single_copy_bytes_ > 0 && bytes >= single_copy_bytes_; }
+  // Publishes `address` (and `extra`) in this rank's mailbox; returns once every rank has.
+  void publish_addresses(const void* address, const void* extra = nullptr);
+  // Reads a peer's memory; a failure is kept for finish_reads() rather than
+  // thrown, so this rank still takes the steps its peers wait for.
+  void read_from(int peer, uint64_t remote, void* local, size_t bytes);
+  // The step after the reads (owners may touch their buffers again), carrying
+  // each rank's outcome: a failed read raises on every rank.
+  void finish_reads();
 
   std::unique_ptr<MpiTransport> inner_;
   int rank_ = 0;
@@ -77,8 +96,11 @@ class ShmTransport : public Transport {
   ShmSegment segment_;
   size_t chunk_ = 0;        // bytes of one half-slot
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
+  size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
+  std::string read_error_;
   std::chrono::microseconds spin_{0};
-  uint64_t seq_ = 0;
+  // Atomic: the background thread reads it (peers_ahead) while a caller may run a cycle.
+  std::atomic<uint64_t> seq_{0};
   uint64_t rounds_ = 0;
   int half_ = 0;
 };

@@ -78,11 +78,21 @@ class Transport {
   // collective this rank has not joined, or `timeout` passes, so an idle
   // engine needs no polling period. Returns false, at once, where it cannot
   // watch its peers: the caller then sleeps its own way.
-  virtual bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout) {
+  // `spin`: spin briefly before sleeping (a peer's answer is usually microseconds away).
+  virtual bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout,
+                              bool spin = true) {
     return false;
   }
   // Ends this process's wait_for_peers() (new local work). Any thread.
   virtual void wake_local() {}
+  // Where wait_for_peers() works: whether some peer has begun a collective
+  // (a cycle) this rank has not joined yet. Never blocks.
+  virtual bool watches_peers() const { return false; }
+  virtual bool peers_ahead() { return false; }
+  // A caller thread runs this rank's cycles for now (on), or has stopped (off):
+  // peers need not wake this rank's idle wait_for_peers() meanwhile. After
+  // `off`, the caller checks peers_ahead() and wakes the idle wait itself.
+  virtual void set_caller_cycles(bool /*on*/) {}
 };
 
 }  // namespace horo
