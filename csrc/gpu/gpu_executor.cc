@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "engine/row_layout.h"
+#include "gpu/collective_outcome.h"
 #include "gpu/cuda_loader.h"
 #include "gpu/nccl_loader.h"
 
@@ -106,7 +107,13 @@ void GpuExecutor::choose(int device) {
   }
   chosen_ = verdict;
   if (chosen_ == "nccl") {
-    nccl_ = std::make_unique<NcclTransport>(control_, device);
+    try {
+      nccl_ = std::make_unique<NcclTransport>(control_, device, tunables_.nccl_timeout_seconds);
+    } catch (const Error& e) {
+      // Every rank threw the same (collective_outcome.h): remembered, so no rank retries alone.
+      refusal_ = e.what();
+      throw;
+    }
     stream_ = nccl_->stream();
   } else {
     cuda::DeviceGuard on(device);
@@ -121,6 +128,17 @@ void GpuExecutor::run(const std::vector<Response>& group, std::vector<TensorEntr
   }
   if (chosen_.empty() && refusal_.empty()) choose(device);
   if (!refusal_.empty()) throw Error(refusal_);
+  if (nccl_) {
+    // NCCL reports a failed or hung collective only when asked: every group first agrees that
+    // no rank's communicator has one, so all ranks raise for the same group, naming it.
+    try {
+      agree_outcome(control_, nccl_->in_flight_failure(), "an earlier NCCL collective of this process set");
+    } catch (const Error& e) {
+      nccl_->abort(e.what());  // the peers of a healthy rank are gone: its queued work would hang
+      refusal_ = std::string(e.what()) + "; GPU collectives on this process set are refused from now on";
+      throw Error(refusal_);
+    }
+  }
   // Every rank must issue the same NCCL calls, so nothing here may fail on one rank alone:
   // a tensor on another GPU of this rank is copied (peer copy) through this GPU's buffers instead.
   cuda::DeviceGuard on(device_);
@@ -489,10 +507,13 @@ void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, TensorEntry
 
 void GpuExecutor::finish(std::vector<TensorEntry>& entries) {
   auto done = std::make_shared<CudaEvent>(device_, stream_);
+  std::string names;
   for (auto& e : entries) {
     if (!e.allocated) e.allocated = std::make_shared<AllocatedOutput>();
     e.allocated->done = done;
+    names += (names.empty() ? "'" : ", '") + e.request.name + "'";
   }
+  if (nccl_) nccl_->watch(done, names);
 }
 
 }  // namespace horo

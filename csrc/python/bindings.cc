@@ -20,8 +20,10 @@
 #include "common/tunables.h"
 #include "engine/buffer_pool.h"
 #include "engine/engine.h"
+#include "gpu/collective_outcome.h"
 #include "gpu/cuda_loader.h"
 #include "gpu/nccl_loader.h"
+#include "gpu/nccl_wait.h"
 #include "transport/mpi_context.h"
 #include "transport/mpi_transport.h"
 #include "transport/transport_choice.h"
@@ -331,6 +333,26 @@ PYBIND11_MODULE(_core, m) {
     cuda::check(cuda::api().cudaGetDevice(&device), "cudaGetDevice");
     return device;
   });
+  // Test-only: the GPU path's decisions that need no GPU, run for real (tests/test_gpu_libraries.py).
+  m.def(
+      "_agree_outcome_for_test",
+      [](uintptr_t comm_address, const std::string& local_error, const std::string& what) {
+        // mpi4py's MPI._addressof(comm): a duplicate of it, so horo's traffic stays apart from the test's.
+        MPI_Comm comm;
+        mpi_check(MPI_Comm_dup(*reinterpret_cast<MPI_Comm*>(comm_address), &comm), "MPI_Comm_dup");
+        MpiTransport transport(comm);
+        py::gil_scoped_release release;
+        agree_outcome(transport, local_error, what);
+      },
+      py::arg("comm_address"), py::arg("local_error"), py::arg("what"),
+      "Runs gpu/collective_outcome.h's agreement over a duplicate of an mpi4py communicator.");
+  m.def(
+      "_nccl_wait_verdict_for_test",
+      [](bool done, int async, double elapsed, double timeout) {
+        return std::string(verdict_name(wait_verdict(done, static_cast<nccl::Result>(async), elapsed, timeout)));
+      },
+      py::arg("done"), py::arg("async_result"), py::arg("elapsed_seconds"), py::arg("timeout_seconds"),
+      "gpu/nccl_wait.h's decision for one poll of NCCL work.");
   m.def("gpu_symbols", [] {
     py::dict symbols;
     symbols["nccl"] = nccl::symbol_names();
