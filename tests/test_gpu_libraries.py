@@ -200,6 +200,21 @@ def test_cuda_array_without_a_device_raises_naming_the_tensor():
     )
 
 
+@needs_wheels
+@pytest.mark.timeout(120)
+def test_device_allocation_without_a_device_raises_saying_why():
+    # device_memory.cc asks for CUDA's stream-ordered allocator first (cudaDeviceGetAttribute,
+    # cudaMallocAsync on the caller's stream); with no device (or driver) it ends in a clear CUDA error, not a crash.
+    if gpu_info({"HORO_NCCL_LIB": None, "HORO_CUDART_LIB": None})["device_count"] > 0:
+        pytest.skip("a CUDA device is visible: device allocations are exercised in tests/test_gpu.py")
+    run_python(
+        """
+        expect(horo.HoroError, lambda: horo._native._core.device_empty(0, 1024, 0), "failed", "CUDA error")
+        """,
+        env={"HORO_NCCL_LIB": None, "HORO_CUDART_LIB": None},
+    )
+
+
 @pytest.mark.timeout(120)
 def test_gpu_transport_setting_is_checked_at_init():
     run_python(

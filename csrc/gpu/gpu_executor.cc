@@ -41,6 +41,9 @@ std::string gpu_identity(int device) {
 }  // namespace
 
 GpuExecutor::~GpuExecutor() {
+  // Buffers ordered on stream_ go before it does.
+  fusion_.release();
+  scratch_.release();
   if (stream_ != nullptr && !nccl_) {
     cuda::DeviceGuard on(device_);
     cuda::api().cudaStreamSynchronize(stream_);
@@ -181,7 +184,7 @@ bool GpuExecutor::on_this_device(const std::vector<Response>& group, TensorEntry
   const int n = control_.size(), me = control_.rank();
   const size_t in_bytes = elements(e.request.shape) * dtype_size(e.request.dtype);
   const size_t out_bytes = e.output ? output_bytes(e.request, n, me) : 0;
-  char* scratch = scratch_.reserve(in_bytes + out_bytes, device_);
+  char* scratch = scratch_.reserve(in_bytes + out_bytes, device_, stream_);
   TensorEntry local;
   local.request = e.request;
   local.device = device_;
@@ -205,7 +208,7 @@ void GpuExecutor::copy(void* dst, const void* src, size_t bytes) {
 std::shared_ptr<AllocatedOutput> GpuExecutor::device_output(std::vector<int64_t> shape, size_t bytes) {
   auto out = std::make_shared<AllocatedOutput>();
   out->shape = std::move(shape);
-  out->device_bytes = std::make_shared<DeviceMemory>(device_, bytes);
+  out->device_bytes = std::make_shared<DeviceMemory>(device_, stream_, bytes);
   return out;
 }
 
@@ -223,7 +226,7 @@ void GpuExecutor::allreduce(std::vector<TensorEntry>& entries) {
   size_t total = 0;
   for (const auto& e : entries) total += elements(e.request.shape);
   int64_t t = timeline_.activity_start();
-  char* buf = fusion_.reserve(total * esize, device_);
+  char* buf = fusion_.reserve(total * esize, device_, stream_);
   size_t offset = 0;
   for (const auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
@@ -259,7 +262,7 @@ void GpuExecutor::broadcast(std::vector<TensorEntry>& entries) {
   }
   size_t total = 0;
   for (const auto& e : entries) total += elements(e.request.shape) * esize;
-  char* buf = fusion_.reserve(total, device_);
+  char* buf = fusion_.reserve(total, device_, stream_);
   size_t offset = 0;
   for (const auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
@@ -300,7 +303,7 @@ void GpuExecutor::allgather(const std::vector<Response>& group, std::vector<Tens
     timeline_.activity("NCCL_ALLGATHER", t);
     return;
   }
-  char* buf = fusion_.reserve(total, device_);
+  char* buf = fusion_.reserve(total, device_, stream_);
   size_t cursor = at[me];
   for (auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
@@ -333,7 +336,7 @@ void GpuExecutor::reducescatter(std::vector<TensorEntry>& entries) {
   for (int r = 1; r < n; ++r) cursor[r] = cursor[r - 1] + segment[r - 1];
   const size_t total = cursor[n - 1] + segment[n - 1];
   int64_t t = timeline_.activity_start();
-  char* buf = fusion_.reserve(total * esize, device_);
+  char* buf = fusion_.reserve(total * esize, device_, stream_);
   for (const auto& e : entries) {
     const size_t row = row_elements(e.request.shape);
     const std::vector<size_t> rows = split_rows(first_dim(e.request.shape), n);
@@ -346,7 +349,7 @@ void GpuExecutor::reducescatter(std::vector<TensorEntry>& entries) {
   }
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   // NCCL's reduce-scatter may not write over its own input: this rank's share lands in scratch.
-  char* mine = scratch_.reserve(segment[me] * esize, device_);
+  char* mine = scratch_.reserve(segment[me] * esize, device_, stream_);
   t = timeline_.activity_start();
   nccl_->reduce_scatter_scaled(buf, mine, segment, spec.dtype, spec.op, spec.prescale * spec.postscale);
   timeline_.activity("NCCL_REDUCESCATTER", t);
@@ -461,7 +464,7 @@ void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorE
       out->shape = from.shape;
       out->received_splits = from.received_splits;
       out->value = from.value;
-      out->device_bytes = std::make_shared<DeviceMemory>(device_, from.bytes.size());
+      out->device_bytes = std::make_shared<DeviceMemory>(device_, stream_, from.bytes.size());
       copy(out->device_bytes->data(), from.bytes.data(), from.bytes.size());
       e.allocated = std::move(out);
     }

@@ -153,6 +153,8 @@ py::object gpu_result(const std::shared_ptr<AllocatedOutput>& result, uintptr_t 
   {
     py::gil_scoped_release release;
     result->done->make_wait(reinterpret_cast<cuda::Stream>(stream));
+    // The caller's stream now uses the output: it is freed in that stream's order, without a device sync.
+    if (result->device_bytes) result->device_bytes->set_release_stream(reinterpret_cast<cuda::Stream>(stream));
   }
   if (!result->device_bytes) return py::none();
   auto owner = new std::shared_ptr<DeviceMemory>(result->device_bytes);
@@ -321,13 +323,16 @@ PYBIND11_MODULE(_core, m) {
       "What the GPU path can use here: CUDA devices and NCCL, each with the reason where unavailable.");
   m.def(
       "device_empty",
-      [](int device, size_t bytes) {
-        // Uninitialised device memory for a GPU output, freed when the capsule is dropped.
-        auto owner = new std::shared_ptr<DeviceMemory>(std::make_shared<DeviceMemory>(device, bytes));
+      [](int device, size_t bytes, uintptr_t stream) {
+        // Uninitialised device memory for a GPU output, allocated and freed (when the capsule is
+        // dropped) in the order of the caller's stream, whose ready event horo's stream waits on.
+        auto owner = new std::shared_ptr<DeviceMemory>(
+            std::make_shared<DeviceMemory>(device, reinterpret_cast<cuda::Stream>(stream), bytes));
         py::capsule release(owner, [](void* p) { delete static_cast<std::shared_ptr<DeviceMemory>*>(p); });
         return py::make_tuple(reinterpret_cast<uintptr_t>((*owner)->data()), release);
       },
-      py::arg("device"), py::arg("bytes"), "(device address, owner capsule) of `bytes` on CUDA device `device`.");
+      py::arg("device"), py::arg("bytes"), py::arg("stream") = 0,
+      "(device address, owner capsule) of `bytes` on CUDA device `device`, in `stream`'s order.");
   m.def("cuda_current_device", [] {
     int device = 0;
     cuda::check(cuda::api().cudaGetDevice(&device), "cudaGetDevice");
