@@ -419,9 +419,10 @@ void GpuExecutor::reduce_to_root(TensorEntry& e) {
 
 void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
   const int n = control_.size(), me = control_.rank();
-  if (group.size() == 1 && entries.front().request.type == CollectiveType::kAllreduce &&
-      elements(entries.front().request.shape) * dtype_size(entries.front().request.dtype) > 2 * kStagingChunkBytes) {
-    return staged_allreduce_pipelined(group.front(), entries.front());
+  if (entries.front().request.type == CollectiveType::kAllreduce) {
+    size_t bytes = 0;
+    for (const auto& e : entries) bytes += elements(e.request.shape) * dtype_size(e.request.dtype);
+    if (bytes > 2 * kStagingChunkBytes) return staged_allreduce_pipelined(group.front(), entries);
   }
   // One pinned arena: every input, then every output, each at its own offset.
   std::vector<size_t> in_bytes, out_bytes;
@@ -474,22 +475,37 @@ void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorE
   timeline_.activity("MEMCPY_HOST_TO_DEVICE", t);
 }
 
-void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, TensorEntry& e) {
+void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, std::vector<TensorEntry>& entries) {
   // Chunk k+1 travels device-to-host on the stream while the host reduces chunk k over MPI;
   // one stream keeps each chunk's copy back ahead of the copy that reuses its pinned half.
-  // Every rank cuts the same chunks (from the agreed size), so the collectives match.
-  const size_t esize = dtype_size(e.request.dtype);
-  const size_t total = elements(e.request.shape);
+  // Every rank cuts the same chunks (from the agreed sizes), so the collectives match.
+  // A fused group is packed into the device fusion buffer first (copies on the stream, no host
+  // round trip) and pipelined as one tensor: the group shares dtype, op and scales.
+  const size_t esize = dtype_size(entries.front().request.dtype);
+  size_t total = 0;
+  for (const auto& e : entries) total += elements(e.request.shape);
+  const int64_t t = timeline_.activity_start();
+  const char* input = static_cast<const char*>(entries.front().input);
+  char* output = static_cast<char*>(entries.front().output);
+  if (entries.size() > 1) {
+    char* packed = fusion_.reserve(total * esize, device_, stream_);
+    size_t offset = 0;
+    for (const auto& e : entries) {
+      const size_t bytes = elements(e.request.shape) * esize;
+      copy(packed + offset, e.input, bytes);
+      offset += bytes;
+    }
+    input = output = packed;
+  }
   const size_t chunk = std::max<size_t>(1, kStagingChunkBytes / esize);
   const size_t chunks = (total + chunk - 1) / chunk;
   char* pinned = pinned_.reserve(2 * chunk * esize);
   std::vector<std::unique_ptr<CudaEvent>> arrived(chunks);
   auto fetch = [&](size_t k) {
     const size_t count = std::min(chunk, total - k * chunk);
-    copy(pinned + (k % 2) * chunk * esize, static_cast<const char*>(e.input) + k * chunk * esize, count * esize);
+    copy(pinned + (k % 2) * chunk * esize, input + k * chunk * esize, count * esize);
     arrived[k] = std::make_unique<CudaEvent>(device_, stream_);
   };
-  const int64_t t = timeline_.activity_start();
   fetch(0);
   for (size_t k = 0; k < chunks; ++k) {
     if (k + 1 < chunks) fetch(k + 1);
@@ -502,7 +518,15 @@ void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, TensorEntry
     host.front().request = one.front().request;
     host.front().input = host.front().output = pinned + (k % 2) * chunk * esize;
     host_.run(one, host);
-    copy(static_cast<char*>(e.output) + k * chunk * esize, host.front().output, count * esize);
+    copy(output + k * chunk * esize, host.front().output, count * esize);
+  }
+  if (entries.size() > 1) {
+    size_t offset = 0;
+    for (auto& e : entries) {
+      const size_t bytes = elements(e.request.shape) * esize;
+      copy(e.output, output + offset, bytes);
+      offset += bytes;
+    }
   }
   cuda::check(cuda::api().cudaStreamSynchronize(stream_), "cudaStreamSynchronize (staging to device)");
   timeline_.activity("STAGED_PIPELINE", t);
