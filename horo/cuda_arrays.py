@@ -137,7 +137,8 @@ def empty(shape, dtype, like):
     """Uninitialised device memory of `shape` and `dtype` on `like`'s device."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    address, owner = _core.device_empty(like.device, nbytes)
+    # Stream-ordered on the caller's stream: the enqueue's ready event, recorded there after it, orders horo's use.
+    address, owner = _core.device_empty(like.device, nbytes, like.stream or 0)
     return CudaBuffer(address, shape, dtype, like.device, like.stream, owner, like.kind)
 
 

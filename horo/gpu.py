@@ -9,6 +9,7 @@ pip wheels found here through importlib, then the system loader path.
 
     horo.gpu_available()   # True when a CUDA device is visible
     horo.nccl_version()    # "2.30.7", or None (horo.gpu_info().nccl_reason says why)
+    horo.nccl_built()      # 23007 (Horovod's NCCL_VERSION_CODE) where NCCL and CUDA load, else 0
 """
 import collections
 import functools
@@ -67,3 +68,18 @@ def gpu_available():
 def nccl_version():
     """NCCL's version ("2.30.7") when it loads here, else None (`gpu_info().nccl_reason` says why)."""
     return gpu_info().nccl_version
+
+
+def cuda_runtime_loads():
+    """Whether the CUDA runtime library loads here (a device is another question: gpu_available())."""
+    return bool(gpu_info().cudart_path)
+
+
+def nccl_version_code():
+    """NCCL's version as NCCL_VERSION_CODE (major * 10000 + minor * 100 + patch) where both NCCL and the
+    CUDA runtime load (horo's NCCL path needs both), else 0."""
+    info = gpu_info()
+    if info.nccl_version is None or not info.cudart_path:
+        return 0
+    major, minor, patch = (int(p) for p in info.nccl_version.split("."))
+    return major * 10000 + minor * 100 + patch

@@ -102,6 +102,48 @@ def test_declarations_match_the_wheel_headers(tmp_path):
     assert proc.returncode == 0, proc.stderr[-6000:]
 
 
+@needs_wheels
+@pytest.mark.timeout(120)
+def test_nccl_built_and_cuda_built_answer_yes_where_the_wheels_load():
+    # Horovod's answer shape: NCCL_VERSION_CODE (an int) for nccl_built, a bool for cuda_built.
+    major, minor, patch = (int(p) for p in NCCL_WHEEL.split("."))
+    code = major * 10000 + minor * 100 + patch
+    run_python(
+        f"""
+        import horo.torch as thvd
+        assert horo.nccl_built() == {code} and horo.cuda_built() is True, (horo.nccl_built(), horo.cuda_built())
+        assert thvd.nccl_built() == {code} and thvd.cuda_built() is True
+        """,
+        env={"HORO_NCCL_LIB": None, "HORO_CUDART_LIB": None},
+    )
+
+
+@pytest.mark.timeout(120)
+def test_nccl_built_is_zero_with_the_reason_when_nccl_cannot_load():
+    run_python(
+        """
+        assert horo.nccl_built() == 0, horo.nccl_built()
+        assert horo.nccl_version() is None
+        reason = horo.gpu_info().nccl_reason
+        assert "HORO_NCCL_LIB: /missing/path/libnccl.so.2" in reason and "No such file" in reason, reason
+        """,
+        env={"HORO_NCCL_LIB": "/missing/path/libnccl.so.2"},
+    )
+
+
+@pytest.mark.timeout(120)
+def test_cuda_built_is_false_with_the_reason_when_the_runtime_cannot_load():
+    run_python(
+        """
+        assert horo.cuda_built() is False and horo.nccl_built() == 0
+        assert horo.gpu_available() is False
+        reason = horo.gpu_info().cuda_reason
+        assert "HORO_CUDART_LIB: /missing/libcudart.so" in reason, reason
+        """,
+        env={"HORO_CUDART_LIB": "/missing/libcudart.so"},
+    )
+
+
 @pytest.mark.timeout(120)
 def test_missing_nccl_lib_names_what_was_tried():
     info = gpu_info({"HORO_NCCL_LIB": "/missing/path/libnccl.so.2"})
@@ -158,6 +200,21 @@ def test_cuda_array_without_a_device_raises_naming_the_tensor():
     )
 
 
+@needs_wheels
+@pytest.mark.timeout(120)
+def test_device_allocation_without_a_device_raises_saying_why():
+    # device_memory.cc asks for CUDA's stream-ordered allocator first (cudaDeviceGetAttribute,
+    # cudaMallocAsync on the caller's stream); with no device (or driver) it ends in a clear CUDA error, not a crash.
+    if gpu_info({"HORO_NCCL_LIB": None, "HORO_CUDART_LIB": None})["device_count"] > 0:
+        pytest.skip("a CUDA device is visible: device allocations are exercised in tests/test_gpu.py")
+    run_python(
+        """
+        expect(horo.HoroError, lambda: horo._native._core.device_empty(0, 1024, 0), "failed", "CUDA error")
+        """,
+        env={"HORO_NCCL_LIB": None, "HORO_CUDART_LIB": None},
+    )
+
+
 @pytest.mark.timeout(120)
 def test_gpu_transport_setting_is_checked_at_init():
     run_python(
@@ -176,3 +233,28 @@ def test_check_build_lists_nccl_with_its_version():
     assert proc.returncode == 0, proc.stderr
     nccl_line = next(l for l in proc.stdout.splitlines() if "] NCCL" in l)
     assert nccl_line.strip().startswith("[X]") and NCCL_WHEEL in nccl_line, proc.stdout
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_step_failing_on_one_rank_raises_on_every_rank_naming_it(ranks, np_):
+    # gpu/collective_outcome.h over real MPI ranks: what NCCL communicator creation and the
+    # in-flight error check rely on to end every rank's wait together.
+    ranks(np_, "ranks_gpu_outcomes.py", timeout=200)
+
+
+@pytest.mark.timeout(60)
+def test_nccl_wait_decision_aborts_on_an_error_or_past_the_deadline():
+    run_python(
+        """
+        verdict, success, in_progress, system_error, remote_error = (
+            horo._native._core._nccl_wait_verdict_for_test, 0, 7, 2, 6)
+        assert verdict(True, success, 0.1, 600) == "done"
+        assert verdict(False, in_progress, 0.1, 600) == "wait"
+        assert verdict(False, success, 599.9, 600) == "wait"
+        assert verdict(False, success, 600.0, 600) == "timed out"
+        assert verdict(False, in_progress, 1e6, 0) == "wait"          # 0: no deadline
+        assert verdict(False, remote_error, 0.1, 600) == "failed"     # a peer failed: abort now
+        assert verdict(True, system_error, 0.1, 600) == "failed"      # finished on a failed communicator
+        """
+    )

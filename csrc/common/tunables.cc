@@ -59,6 +59,10 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_GPU_TRANSPORT", "", "auto",
        "GPU tensors: nccl | mpi (staged through pinned host memory) | auto (NCCL when it loads and each rank "
        "has a GPU of its own, else mpi)"},
+      {"HORO_NCCL_TIMEOUT_SECONDS", "", "600",
+       "NCCL work (communicator creation, a collective in flight) not finished after this long is presumed "
+       "hung: the communicator is aborted and the GPU collectives of its process set raise on every rank; "
+       "0 waits forever"},
       {"HORO_NCCL_LIB", "", "",
        "path of libnccl.so.2 to load; unset: one already loaded, the nvidia-nccl-cu13/cu12 wheel, the system's"},
       {"HORO_CUDART_LIB", "", "",
@@ -159,6 +163,7 @@ Tunables Tunables::from_environment() {
   // Horovod's keyword, not a file name: the timeline starts later, from start_timeline().
   if (t.timeline_path == "DYNAMIC") t.timeline_path.clear();
   t.timeline_mark_cycles = number("HORO_TIMELINE_MARK_CYCLES") != 0;
+  t.nccl_timeout_seconds = number("HORO_NCCL_TIMEOUT_SECONDS");
   t.gpu_transport = lookup("HORO_GPU_TRANSPORT");
   if (t.gpu_transport != "auto" && t.gpu_transport != "nccl" && t.gpu_transport != "mpi") {
     throw Error("HORO_GPU_TRANSPORT='" + t.gpu_transport + "' must be nccl, mpi or auto");

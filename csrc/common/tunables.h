@@ -45,6 +45,7 @@ struct Tunables {
   std::string timeline_path;  // rank 0 writes a Chrome trace here ("": none)
   bool timeline_mark_cycles;
   std::string gpu_transport;  // nccl | mpi | auto
+  double nccl_timeout_seconds;  // NCCL init or work in flight past this is aborted (<= 0: never)
   // How long waiting threads spin (yielding) before they sleep; set at init:
   // zero when this node runs more ranks than cores, where spinning steals
   // the core the awaited thread needs.

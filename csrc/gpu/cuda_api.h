@@ -29,6 +29,10 @@ enum MemcpyKind : int {  // cudaMemcpyKind
   kMemcpyDefault = 4,  // direction from the pointers (unified addressing)
 };
 
+enum DeviceAttr : int {  // cudaDeviceAttr (the values horo asks)
+  kDevAttrMemoryPoolsSupported = 115,  // cudaMallocAsync / cudaFreeAsync work on this device
+};
+
 constexpr unsigned kStreamNonBlocking = 0x01;  // cudaStreamNonBlocking
 constexpr unsigned kEventDisableTiming = 0x02;  // cudaEventDisableTiming
 
@@ -54,7 +58,10 @@ constexpr unsigned kEventDisableTiming = 0x02;  // cudaEventDisableTiming
   X(cudaFree, Status, (void*))                                                            \
   X(cudaMallocHost, Status, (void**, size_t))                                             \
   X(cudaFreeHost, Status, (void*))                                                        \
-  X(cudaMemcpyAsync, Status, (void*, const void*, size_t, MemcpyKind, Stream))
+  X(cudaMemcpyAsync, Status, (void*, const void*, size_t, MemcpyKind, Stream))                    \
+  X(cudaDeviceGetAttribute, Status, (int*, DeviceAttr, int))                                       \
+  X(cudaMallocAsync, Status, (void**, size_t, Stream))                                             \
+  X(cudaFreeAsync, Status, (void*, Stream))
 
 #define HORO_DECLARE_FUNCTION_TYPE(symbol, result, params) using symbol##_t = result(*) params;
 HORO_CUDA_FUNCTIONS(HORO_DECLARE_FUNCTION_TYPE)

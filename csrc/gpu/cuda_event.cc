@@ -23,6 +23,13 @@ void CudaEvent::make_wait(cuda::Stream stream) const {
   cuda::check(cuda::api().cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
 }
 
+bool CudaEvent::query() const {
+  const cuda::Status status = cuda::api().cudaEventQuery(event_);
+  if (status == cuda::kErrorNotReady) return false;
+  cuda::check(status, "cudaEventQuery");
+  return true;
+}
+
 void CudaEvent::synchronize() const {
   cuda::check(cuda::api().cudaEventSynchronize(event_), "cudaEventSynchronize");
 }

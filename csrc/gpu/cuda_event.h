@@ -20,6 +20,8 @@ class CudaEvent {
 
   // Work queued on `stream` from now on starts after this event's work.
   void make_wait(cuda::Stream stream) const;
+  // Whether the event's work is done, without blocking (throws on a CUDA error).
+  bool query() const;
   // Blocks the calling thread until the event's work is done (the staging path's host side).
   void synchronize() const;
   int device() const { return device_; }

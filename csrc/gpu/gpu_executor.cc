@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "engine/row_layout.h"
+#include "gpu/collective_outcome.h"
 #include "gpu/cuda_loader.h"
 #include "gpu/nccl_loader.h"
 
@@ -40,6 +41,9 @@ std::string gpu_identity(int device) {
 }  // namespace
 
 GpuExecutor::~GpuExecutor() {
+  // Buffers ordered on stream_ go before it does.
+  fusion_.release();
+  scratch_.release();
   if (stream_ != nullptr && !nccl_) {
     cuda::DeviceGuard on(device_);
     cuda::api().cudaStreamSynchronize(stream_);
@@ -106,7 +110,13 @@ void GpuExecutor::choose(int device) {
   }
   chosen_ = verdict;
   if (chosen_ == "nccl") {
-    nccl_ = std::make_unique<NcclTransport>(control_, device);
+    try {
+      nccl_ = std::make_unique<NcclTransport>(control_, device, tunables_.nccl_timeout_seconds);
+    } catch (const Error& e) {
+      // Every rank threw the same (collective_outcome.h): remembered, so no rank retries alone.
+      refusal_ = e.what();
+      throw;
+    }
     stream_ = nccl_->stream();
   } else {
     cuda::DeviceGuard on(device);
@@ -121,6 +131,17 @@ void GpuExecutor::run(const std::vector<Response>& group, std::vector<TensorEntr
   }
   if (chosen_.empty() && refusal_.empty()) choose(device);
   if (!refusal_.empty()) throw Error(refusal_);
+  if (nccl_) {
+    // NCCL reports a failed or hung collective only when asked: every group first agrees that
+    // no rank's communicator has one, so all ranks raise for the same group, naming it.
+    try {
+      agree_outcome(control_, nccl_->in_flight_failure(), "an earlier NCCL collective of this process set");
+    } catch (const Error& e) {
+      nccl_->abort(e.what());  // the peers of a healthy rank are gone: its queued work would hang
+      refusal_ = std::string(e.what()) + "; GPU collectives on this process set are refused from now on";
+      throw Error(refusal_);
+    }
+  }
   // Every rank must issue the same NCCL calls, so nothing here may fail on one rank alone:
   // a tensor on another GPU of this rank is copied (peer copy) through this GPU's buffers instead.
   cuda::DeviceGuard on(device_);
@@ -163,7 +184,7 @@ bool GpuExecutor::on_this_device(const std::vector<Response>& group, TensorEntry
   const int n = control_.size(), me = control_.rank();
   const size_t in_bytes = elements(e.request.shape) * dtype_size(e.request.dtype);
   const size_t out_bytes = e.output ? output_bytes(e.request, n, me) : 0;
-  char* scratch = scratch_.reserve(in_bytes + out_bytes, device_);
+  char* scratch = scratch_.reserve(in_bytes + out_bytes, device_, stream_);
   TensorEntry local;
   local.request = e.request;
   local.device = device_;
@@ -187,7 +208,7 @@ void GpuExecutor::copy(void* dst, const void* src, size_t bytes) {
 std::shared_ptr<AllocatedOutput> GpuExecutor::device_output(std::vector<int64_t> shape, size_t bytes) {
   auto out = std::make_shared<AllocatedOutput>();
   out->shape = std::move(shape);
-  out->device_bytes = std::make_shared<DeviceMemory>(device_, bytes);
+  out->device_bytes = std::make_shared<DeviceMemory>(device_, stream_, bytes);
   return out;
 }
 
@@ -205,7 +226,7 @@ void GpuExecutor::allreduce(std::vector<TensorEntry>& entries) {
   size_t total = 0;
   for (const auto& e : entries) total += elements(e.request.shape);
   int64_t t = timeline_.activity_start();
-  char* buf = fusion_.reserve(total * esize, device_);
+  char* buf = fusion_.reserve(total * esize, device_, stream_);
   size_t offset = 0;
   for (const auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
@@ -241,7 +262,7 @@ void GpuExecutor::broadcast(std::vector<TensorEntry>& entries) {
   }
   size_t total = 0;
   for (const auto& e : entries) total += elements(e.request.shape) * esize;
-  char* buf = fusion_.reserve(total, device_);
+  char* buf = fusion_.reserve(total, device_, stream_);
   size_t offset = 0;
   for (const auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
@@ -282,7 +303,7 @@ void GpuExecutor::allgather(const std::vector<Response>& group, std::vector<Tens
     timeline_.activity("NCCL_ALLGATHER", t);
     return;
   }
-  char* buf = fusion_.reserve(total, device_);
+  char* buf = fusion_.reserve(total, device_, stream_);
   size_t cursor = at[me];
   for (auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
@@ -315,7 +336,7 @@ void GpuExecutor::reducescatter(std::vector<TensorEntry>& entries) {
   for (int r = 1; r < n; ++r) cursor[r] = cursor[r - 1] + segment[r - 1];
   const size_t total = cursor[n - 1] + segment[n - 1];
   int64_t t = timeline_.activity_start();
-  char* buf = fusion_.reserve(total * esize, device_);
+  char* buf = fusion_.reserve(total * esize, device_, stream_);
   for (const auto& e : entries) {
     const size_t row = row_elements(e.request.shape);
     const std::vector<size_t> rows = split_rows(first_dim(e.request.shape), n);
@@ -328,7 +349,7 @@ void GpuExecutor::reducescatter(std::vector<TensorEntry>& entries) {
   }
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   // NCCL's reduce-scatter may not write over its own input: this rank's share lands in scratch.
-  char* mine = scratch_.reserve(segment[me] * esize, device_);
+  char* mine = scratch_.reserve(segment[me] * esize, device_, stream_);
   t = timeline_.activity_start();
   nccl_->reduce_scatter_scaled(buf, mine, segment, spec.dtype, spec.op, spec.prescale * spec.postscale);
   timeline_.activity("NCCL_REDUCESCATTER", t);
@@ -398,9 +419,10 @@ void GpuExecutor::reduce_to_root(TensorEntry& e) {
 
 void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
   const int n = control_.size(), me = control_.rank();
-  if (group.size() == 1 && entries.front().request.type == CollectiveType::kAllreduce &&
-      elements(entries.front().request.shape) * dtype_size(entries.front().request.dtype) > 2 * kStagingChunkBytes) {
-    return staged_allreduce_pipelined(group.front(), entries.front());
+  if (entries.front().request.type == CollectiveType::kAllreduce) {
+    size_t bytes = 0;
+    for (const auto& e : entries) bytes += elements(e.request.shape) * dtype_size(e.request.dtype);
+    if (bytes > 2 * kStagingChunkBytes) return staged_allreduce_pipelined(group.front(), entries);
   }
   // One pinned arena: every input, then every output, each at its own offset.
   std::vector<size_t> in_bytes, out_bytes;
@@ -443,7 +465,7 @@ void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorE
       out->shape = from.shape;
       out->received_splits = from.received_splits;
       out->value = from.value;
-      out->device_bytes = std::make_shared<DeviceMemory>(device_, from.bytes.size());
+      out->device_bytes = std::make_shared<DeviceMemory>(device_, stream_, from.bytes.size());
       copy(out->device_bytes->data(), from.bytes.data(), from.bytes.size());
       e.allocated = std::move(out);
     }
@@ -453,22 +475,37 @@ void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorE
   timeline_.activity("MEMCPY_HOST_TO_DEVICE", t);
 }
 
-void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, TensorEntry& e) {
+void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, std::vector<TensorEntry>& entries) {
   // Chunk k+1 travels device-to-host on the stream while the host reduces chunk k over MPI;
   // one stream keeps each chunk's copy back ahead of the copy that reuses its pinned half.
-  // Every rank cuts the same chunks (from the agreed size), so the collectives match.
-  const size_t esize = dtype_size(e.request.dtype);
-  const size_t total = elements(e.request.shape);
+  // Every rank cuts the same chunks (from the agreed sizes), so the collectives match.
+  // A fused group is packed into the device fusion buffer first (copies on the stream, no host
+  // round trip) and pipelined as one tensor: the group shares dtype, op and scales.
+  const size_t esize = dtype_size(entries.front().request.dtype);
+  size_t total = 0;
+  for (const auto& e : entries) total += elements(e.request.shape);
+  const int64_t t = timeline_.activity_start();
+  const char* input = static_cast<const char*>(entries.front().input);
+  char* output = static_cast<char*>(entries.front().output);
+  if (entries.size() > 1) {
+    char* packed = fusion_.reserve(total * esize, device_, stream_);
+    size_t offset = 0;
+    for (const auto& e : entries) {
+      const size_t bytes = elements(e.request.shape) * esize;
+      copy(packed + offset, e.input, bytes);
+      offset += bytes;
+    }
+    input = output = packed;
+  }
   const size_t chunk = std::max<size_t>(1, kStagingChunkBytes / esize);
   const size_t chunks = (total + chunk - 1) / chunk;
   char* pinned = pinned_.reserve(2 * chunk * esize);
   std::vector<std::unique_ptr<CudaEvent>> arrived(chunks);
   auto fetch = [&](size_t k) {
     const size_t count = std::min(chunk, total - k * chunk);
-    copy(pinned + (k % 2) * chunk * esize, static_cast<const char*>(e.input) + k * chunk * esize, count * esize);
+    copy(pinned + (k % 2) * chunk * esize, input + k * chunk * esize, count * esize);
     arrived[k] = std::make_unique<CudaEvent>(device_, stream_);
   };
-  const int64_t t = timeline_.activity_start();
   fetch(0);
   for (size_t k = 0; k < chunks; ++k) {
     if (k + 1 < chunks) fetch(k + 1);
@@ -481,7 +518,15 @@ void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, TensorEntry
     host.front().request = one.front().request;
     host.front().input = host.front().output = pinned + (k % 2) * chunk * esize;
     host_.run(one, host);
-    copy(static_cast<char*>(e.output) + k * chunk * esize, host.front().output, count * esize);
+    copy(output + k * chunk * esize, host.front().output, count * esize);
+  }
+  if (entries.size() > 1) {
+    size_t offset = 0;
+    for (auto& e : entries) {
+      const size_t bytes = elements(e.request.shape) * esize;
+      copy(e.output, output + offset, bytes);
+      offset += bytes;
+    }
   }
   cuda::check(cuda::api().cudaStreamSynchronize(stream_), "cudaStreamSynchronize (staging to device)");
   timeline_.activity("STAGED_PIPELINE", t);
@@ -489,10 +534,13 @@ void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, TensorEntry
 
 void GpuExecutor::finish(std::vector<TensorEntry>& entries) {
   auto done = std::make_shared<CudaEvent>(device_, stream_);
+  std::string names;
   for (auto& e : entries) {
     if (!e.allocated) e.allocated = std::make_shared<AllocatedOutput>();
     e.allocated->done = done;
+    names += (names.empty() ? "'" : ", '") + e.request.name + "'";
   }
+  if (nccl_) nccl_->watch(done, names);
 }
 
 }  // namespace horo

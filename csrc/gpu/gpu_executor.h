@@ -41,8 +41,9 @@ class GpuExecutor {
   // Collective over the set, on its first GPU group: NCCL or staging, the same on every rank.
   void choose(int device);
   void staged(const std::vector<Response>& group, std::vector<TensorEntry>& entries);
-  // One large allreduce staged in chunks, copies overlapping the MPI reduction.
-  void staged_allreduce_pipelined(const Response& agreed, TensorEntry& entry);
+  // A large allreduce (one tensor, or a fused group packed on the device) staged in chunks,
+  // copies overlapping the MPI reduction.
+  void staged_allreduce_pipelined(const Response& agreed, std::vector<TensorEntry>& entries);
   static constexpr size_t kStagingChunkBytes = 4 << 20;
   // False when NCCL cannot reduce this group exactly like the CPU path (it is then staged).
   bool through_nccl(const std::vector<Response>& group, std::vector<TensorEntry>& entries);

@@ -3,11 +3,13 @@
 // tests/gpu/check_prototypes.cc compiles these declarations beside the real
 // nccl.h and asserts that every signature, enum value and size matches.
 //
-// Only functions NCCL has had since 2.11 are used (ncclAvg, PreMulSum): gather,
+// Only functions NCCL has had since 2.14 are used (ncclCommInitRankConfig, for a
+// non-blocking init horo can bound; ncclAvg and PreMulSum came in 2.11) (ncclAvg, PreMulSum): gather,
 // scatter and all-to-all are built from grouped ncclSend/ncclRecv, since
 // ncclGather/ncclScatter/ncclAlltoAll only arrived in 2.28.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 
 #include "gpu/cuda_api.h"
@@ -20,7 +22,7 @@ using Comm = ncclComm*;  // ncclComm_t
 
 enum Result : int {  // ncclResult_t
   kSuccess = 0,
-  kInProgress = 7,
+  kInProgress = 7,  // a non-blocking communicator is still working: poll ncclCommGetAsyncError
 };
 
 enum DataType : int {  // ncclDataType_t
@@ -52,6 +54,24 @@ struct UniqueId {                        // ncclUniqueId
   char internal[kUniqueIdBytes];
 };
 
+// ncclConfig_t as NCCL 2.14 first shipped it (ncclConfig_v21400). The struct is
+// append-only and versioned: NCCL reads only the fields of the version a caller
+// states, so this prefix works with every later NCCL (checked against the wheel's
+// nccl.h by tests/gpu/check_prototypes.cc: offsets, magic and "undefined" values).
+constexpr unsigned kConfigMagic = 0xcafebeef;  // NCCL_API_MAGIC
+constexpr unsigned kConfigVersion = 21400;     // the layout below
+constexpr int kConfigUndefInt = INT_MIN;       // NCCL_CONFIG_UNDEF_INT: NCCL's default
+struct Config {
+  size_t size = sizeof(Config);
+  unsigned int magic = kConfigMagic;
+  unsigned int version = kConfigVersion;
+  int blocking = kConfigUndefInt;
+  int cgaClusterSize = kConfigUndefInt;
+  int minCTAs = kConfigUndefInt;
+  int maxCTAs = kConfigUndefInt;
+  const char* netName = nullptr;  // NCCL_CONFIG_UNDEF_PTR
+};
+
 using cuda::Stream;
 
 // X(symbol, return type, parameter types): the one table of what horo resolves.
@@ -60,6 +80,7 @@ using cuda::Stream;
   X(ncclGetErrorString, const char*, (Result))                                                      \
   X(ncclGetUniqueId, Result, (UniqueId*))                                                           \
   X(ncclCommInitRank, Result, (Comm*, int, UniqueId, int))                                          \
+  X(ncclCommInitRankConfig, Result, (Comm*, int, UniqueId, int, Config*))                           \
   X(ncclCommDestroy, Result, (Comm))                                                                \
   X(ncclCommAbort, Result, (Comm))                                                                  \
   X(ncclCommGetAsyncError, Result, (Comm, Result*))                                                 \

@@ -18,8 +18,9 @@ struct Api {
   int version = 0;  // ncclGetVersion: major * 10000 + minor * 100 + patch (2.9 and later)
 };
 
-// The oldest NCCL horo accepts: ncclAvg and ncclRedOpCreatePreMulSum arrived in 2.11.
-constexpr int kMinimumVersion = 21100;
+// The oldest NCCL horo accepts: ncclCommInitRankConfig (a non-blocking init, so a
+// failing peer cannot hang the others) arrived in 2.14; ncclAvg and PreMulSum in 2.11.
+constexpr int kMinimumVersion = 21400;
 
 void set_wheel_candidates(std::vector<std::string> paths);
 const Api& api();

@@ -20,8 +20,10 @@
 #include "common/tunables.h"
 #include "engine/buffer_pool.h"
 #include "engine/engine.h"
+#include "gpu/collective_outcome.h"
 #include "gpu/cuda_loader.h"
 #include "gpu/nccl_loader.h"
+#include "gpu/nccl_wait.h"
 #include "transport/mpi_context.h"
 #include "transport/mpi_transport.h"
 #include "transport/transport_choice.h"
@@ -151,6 +153,8 @@ py::object gpu_result(const std::shared_ptr<AllocatedOutput>& result, uintptr_t 
   {
     py::gil_scoped_release release;
     result->done->make_wait(reinterpret_cast<cuda::Stream>(stream));
+    // The caller's stream now uses the output: it is freed in that stream's order, without a device sync.
+    if (result->device_bytes) result->device_bytes->set_release_stream(reinterpret_cast<cuda::Stream>(stream));
   }
   if (!result->device_bytes) return py::none();
   auto owner = new std::shared_ptr<DeviceMemory>(result->device_bytes);
@@ -331,18 +335,41 @@ PYBIND11_MODULE(_core, m) {
       "What the GPU path can use here: CUDA devices and NCCL, each with the reason where unavailable.");
   m.def(
       "device_empty",
-      [](int device, size_t bytes) {
-        // Uninitialised device memory for a GPU output, freed when the capsule is dropped.
-        auto owner = new std::shared_ptr<DeviceMemory>(std::make_shared<DeviceMemory>(device, bytes));
+      [](int device, size_t bytes, uintptr_t stream) {
+        // Uninitialised device memory for a GPU output, allocated and freed (when the capsule is
+        // dropped) in the order of the caller's stream, whose ready event horo's stream waits on.
+        auto owner = new std::shared_ptr<DeviceMemory>(
+            std::make_shared<DeviceMemory>(device, reinterpret_cast<cuda::Stream>(stream), bytes));
         py::capsule release(owner, [](void* p) { delete static_cast<std::shared_ptr<DeviceMemory>*>(p); });
         return py::make_tuple(reinterpret_cast<uintptr_t>((*owner)->data()), release);
       },
-      py::arg("device"), py::arg("bytes"), "(device address, owner capsule) of `bytes` on CUDA device `device`.");
+      py::arg("device"), py::arg("bytes"), py::arg("stream") = 0,
+      "(device address, owner capsule) of `bytes` on CUDA device `device`, in `stream`'s order.");
   m.def("cuda_current_device", [] {
     int device = 0;
     cuda::check(cuda::api().cudaGetDevice(&device), "cudaGetDevice");
     return device;
   });
+  // Test-only: the GPU path's decisions that need no GPU, run for real (tests/test_gpu_libraries.py).
+  m.def(
+      "_agree_outcome_for_test",
+      [](uintptr_t comm_address, const std::string& local_error, const std::string& what) {
+        // mpi4py's MPI._addressof(comm): a duplicate of it, so horo's traffic stays apart from the test's.
+        MPI_Comm comm;
+        mpi_check(MPI_Comm_dup(*reinterpret_cast<MPI_Comm*>(comm_address), &comm), "MPI_Comm_dup");
+        MpiTransport transport(comm);
+        py::gil_scoped_release release;
+        agree_outcome(transport, local_error, what);
+      },
+      py::arg("comm_address"), py::arg("local_error"), py::arg("what"),
+      "Runs gpu/collective_outcome.h's agreement over a duplicate of an mpi4py communicator.");
+  m.def(
+      "_nccl_wait_verdict_for_test",
+      [](bool done, int async, double elapsed, double timeout) {
+        return std::string(verdict_name(wait_verdict(done, static_cast<nccl::Result>(async), elapsed, timeout)));
+      },
+      py::arg("done"), py::arg("async_result"), py::arg("elapsed_seconds"), py::arg("timeout_seconds"),
+      "gpu/nccl_wait.h's decision for one poll of NCCL work.");
   m.def("gpu_symbols", [] {
     py::dict symbols;
     symbols["nccl"] = nccl::symbol_names();

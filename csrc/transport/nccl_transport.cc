@@ -4,8 +4,10 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "gpu/collective_outcome.h"
 #include "gpu/cuda_loader.h"
 #include "gpu/nccl_loader.h"
+#include "gpu/nccl_wait.h"
 #include "reduce/half.h"
 
 namespace horo {
@@ -45,53 +47,201 @@ bool all_equal(const std::vector<size_t>& v) {
   return true;
 }
 
-// ncclGroupStart/End around a batch of calls, ended even when one throws.
-class Group {
+}  // namespace
+
+// ncclGroupStart/End around a batch of calls, ended even when one throws; on a
+// non-blocking communicator the group's end is where the batch settles.
+class NcclGroup {
  public:
-  Group() { nccl::check(nccl::api().ncclGroupStart(), "ncclGroupStart"); }
-  ~Group() noexcept(false) {
-    const nccl::Result r = nccl::api().ncclGroupEnd();
-    if (std::uncaught_exceptions() == 0) nccl::check(r, "ncclGroupEnd");
+  explicit NcclGroup(NcclTransport& transport) : transport_(transport) {
+    nccl::check(nccl::api().ncclGroupStart(), "ncclGroupStart");
   }
+  ~NcclGroup() noexcept(false) {
+    const nccl::Result r = nccl::api().ncclGroupEnd();
+    if (std::uncaught_exceptions() == 0) transport_.settle(r, "ncclGroupEnd");
+  }
+
+ private:
+  NcclTransport& transport_;
 };
+
+namespace {
+
+// Polls a non-blocking communicator's own state: kInProgress until its pending work is set up.
+nccl::Result async_state(nccl::Comm comm) {
+  nccl::Result state = nccl::kSuccess;
+  const nccl::Result asked = nccl::api().ncclCommGetAsyncError(comm, &state);
+  return asked == nccl::kSuccess ? state : asked;
+}
+
+std::string nccl_error(nccl::Result r) {
+  return std::string(nccl::api().ncclGetErrorString(r)) + " (NCCL error " + std::to_string(static_cast<int>(r)) + ")";
+}
+
+std::string timeout_text(double seconds) {
+  return "not finished after " + std::to_string(static_cast<long long>(seconds)) +
+         " s (HORO_NCCL_TIMEOUT_SECONDS), presumed hung";
+}
 
 }  // namespace
 
-NcclTransport::NcclTransport(Transport& control, int device) : control_(control), device_(device) {
-  cuda::DeviceGuard on(device);
-  const nccl::Api& api = nccl::api();
-  // Rank 0 makes the id; an empty broadcast tells the others it could not, so nobody waits in init.
-  std::string id_bytes;
-  std::string failure;
-  if (rank() == 0) {
-    nccl::UniqueId id;
-    const nccl::Result r = api.ncclGetUniqueId(&id);
-    if (r == nccl::kSuccess) {
+NcclTransport::NcclTransport(Transport& control, int device, double timeout_seconds)
+    : control_(control), device_(device), timeout_seconds_(timeout_seconds) {
+  // Step 1, local: the stream, and on rank 0 the unique id. Agreed before anyone joins:
+  // a rank missing from the communicator's creation would leave the others waiting in it.
+  std::string failure, id_bytes;
+  try {
+    cuda::DeviceGuard on(device);
+    const nccl::Api& api = nccl::api();
+    cuda::check(cuda::api().cudaStreamCreateWithFlags(&stream_, cuda::kStreamNonBlocking),
+                "cudaStreamCreateWithFlags");
+    if (rank() == 0) {
+      nccl::UniqueId id;
+      nccl::check(api.ncclGetUniqueId(&id), "ncclGetUniqueId");
       id_bytes.assign(id.internal, sizeof id.internal);
-    } else {
-      failure = std::string("ncclGetUniqueId failed: ") + api.ncclGetErrorString(r);
     }
+  } catch (const Error& e) {
+    failure = e.what();
   }
   control_.broadcast_bytes(id_bytes, 0);
-  if (id_bytes.size() != nccl::kUniqueIdBytes) {
-    throw Error(failure.empty() ? "rank 0 could not create the NCCL unique id" : failure);
+  try {
+    agree_outcome(control_, failure, "preparing the NCCL communicator");
+    // Step 2, together: every rank joins, each wait bounded; then all agree on the outcome.
+    failure = join(id_bytes);
+    agree_outcome(control_, failure, "creating the NCCL communicator (ncclCommInitRankConfig)");
+  } catch (const Error& e) {
+    abort(e.what());  // a rank that did join leaves nothing behind
+    if (stream_ != nullptr) cuda::api().cudaStreamDestroy(stream_);
+    throw;
   }
-  nccl::UniqueId id;
-  std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
-  cuda::check(cuda::api().cudaStreamCreateWithFlags(&stream_, cuda::kStreamNonBlocking), "cudaStreamCreateWithFlags");
-  const nccl::Result r = api.ncclCommInitRank(&comm_, size(), id, rank());
-  if (r != nccl::kSuccess) {
-    cuda::api().cudaStreamDestroy(stream_);
-    nccl::check(r, "ncclCommInitRank");
+}
+
+std::string NcclTransport::join(const std::string& id_bytes) {
+  try {
+    cuda::DeviceGuard on(device_);
+    const nccl::Api& api = nccl::api();
+    nccl::UniqueId id;
+    std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
+    nccl::Config config;
+    config.blocking = 0;  // returns at once; the wait below is ours, bounded and polled
+    const nccl::Result r = api.ncclCommInitRankConfig(&comm_, size(), id, rank(), &config);
+    if (r != nccl::kSuccess && r != nccl::kInProgress) {
+      abort("ncclCommInitRankConfig failed");
+      return "ncclCommInitRankConfig: " + nccl_error(r);
+    }
+    nccl::Result state = r;
+    const WaitVerdict verdict = wait_in_slices(
+        [&] {
+          state = async_state(comm_);
+          return WaitProbe{state == nccl::kSuccess, state};
+        },
+        timeout_seconds_);
+    if (verdict == WaitVerdict::kDone) return "";
+    const std::string why = verdict == WaitVerdict::kFailed ? "ncclCommInitRankConfig: " + nccl_error(state)
+                                                            : "ncclCommInitRankConfig " + timeout_text(timeout_seconds_);
+    abort(why);
+    return why;
+  } catch (const Error& e) {
+    abort(e.what());
+    return e.what();
   }
 }
 
 NcclTransport::~NcclTransport() {
-  cuda::DeviceGuard on(device_);
-  // Queued work finishes first; then the communicator goes, then its stream.
-  cuda::api().cudaStreamSynchronize(stream_);
-  nccl::api().ncclCommDestroy(comm_);
+  try {
+    cuda::DeviceGuard on(device_);
+    // Queued work finishes first (or is aborted past the deadline); then the communicator, then its stream.
+    if (comm_ != nullptr) wait_for_stream("finishing the work queued before shutdown");
+    if (comm_ != nullptr) nccl::api().ncclCommDestroy(comm_);
+  } catch (const Error&) {
+    // wait_for_stream aborted the communicator; nobody is left to tell.
+  }
   cuda::api().cudaStreamDestroy(stream_);
+}
+
+nccl::Comm NcclTransport::comm() const {
+  if (comm_ == nullptr) throw Error("the NCCL communicator was aborted: " + aborted_);
+  return comm_;
+}
+
+void NcclTransport::abort(const std::string& why) {
+  if (comm_ == nullptr) return;
+  // Kills the communicator's kernels too: streams waiting on them move on.
+  nccl::api().ncclCommAbort(comm_);
+  comm_ = nullptr;
+  aborted_ = why;
+}
+
+void NcclTransport::settle(nccl::Result result, const char* what) {
+  if (result == nccl::kInProgress) {
+    const nccl::Comm c = comm();
+    nccl::Result state = result;
+    const WaitVerdict verdict = wait_in_slices(
+        [&] {
+          state = async_state(c);
+          return WaitProbe{state == nccl::kSuccess, state};
+        },
+        timeout_seconds_);
+    if (verdict != WaitVerdict::kDone) {
+      const std::string why = std::string(what) + (verdict == WaitVerdict::kFailed ? " failed: " + nccl_error(state)
+                                                                                  : " " + timeout_text(timeout_seconds_));
+      abort(why);  // an asynchronous error leaves the communicator unusable
+      throw Error(why);
+    }
+    return;
+  }
+  nccl::check(result, what);
+}
+
+void NcclTransport::queued(nccl::Result result, const char* what) {
+  if (result != nccl::kInProgress) nccl::check(result, what);
+}
+
+void NcclTransport::wait_for_stream(const char* what) {
+  const CudaEvent done(device_, stream_);
+  const nccl::Comm c = comm();
+  nccl::Result state = nccl::kSuccess;
+  const WaitVerdict verdict = wait_in_slices(
+      [&] {
+        state = async_state(c);
+        return WaitProbe{done.query(), state};
+      },
+      timeout_seconds_);
+  if (verdict == WaitVerdict::kDone) return;
+  const std::string why = std::string(what) + (verdict == WaitVerdict::kFailed ? ": NCCL reported " + nccl_error(state)
+                                                                              : ": " + timeout_text(timeout_seconds_));
+  abort(why);
+  throw Error(why + "; the NCCL communicator was aborted");
+}
+
+void NcclTransport::watch(CudaEventPtr done, std::string names) {
+  in_flight_.push_back({std::move(done), std::move(names), std::chrono::steady_clock::now()});
+}
+
+std::string NcclTransport::in_flight_failure() {
+  if (comm_ == nullptr) return "the NCCL communicator was aborted: " + aborted_;
+  try {
+    while (!in_flight_.empty() && in_flight_.front().done->query()) in_flight_.pop_front();
+  } catch (const Error& e) {
+    abort(e.what());  // a CUDA error on the stream: its NCCL work cannot be trusted
+    return e.what();
+  }
+  const nccl::Result state = async_state(comm_);
+  const double age = in_flight_.empty() ? 0.0
+                                        : std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                                        in_flight_.front().since).count();
+  const WaitVerdict verdict = wait_verdict(in_flight_.empty(), state, age, timeout_seconds_);
+  if (verdict == WaitVerdict::kDone || verdict == WaitVerdict::kWait) return "";
+  std::string names;
+  for (size_t i = 0; i < in_flight_.size() && i < 8; ++i) names += (i ? ", " : "") + in_flight_[i].names;
+  if (in_flight_.size() > 8) names += ", ...";
+  const std::string why =
+      (verdict == WaitVerdict::kFailed ? "NCCL reported " + nccl_error(state) : "NCCL work " + timeout_text(timeout_seconds_)) +
+      (names.empty() ? std::string(" after the last GPU collective") : " while " + names + " ran") +
+      "; the NCCL communicator was aborted";
+  abort(why);
+  in_flight_.clear();
+  return why;
 }
 
 bool NcclTransport::can_reduce(DataType dtype, ReduceOp op, double scale) {
@@ -128,7 +278,7 @@ nccl::RedOp NcclTransport::reduction(DataType dtype, ReduceOp op, double scale, 
     case DataType::kInt64: { int64_t v = static_cast<int64_t>(f); std::memcpy(scalar, &v, 8); break; }
   }
   nccl::RedOp custom;
-  nccl::check(nccl::api().ncclRedOpCreatePreMulSum(&custom, scalar, nccl_type(dtype), nccl::kScalarHostImmediate, comm_),
+  settle(nccl::api().ncclRedOpCreatePreMulSum(&custom, scalar, nccl_type(dtype), nccl::kScalarHostImmediate, comm()),
               "ncclRedOpCreatePreMulSum");
   *created = true;
   return custom;
@@ -149,17 +299,17 @@ void NcclTransport::wait_all() {
   std::vector<PointToPoint> batch;
   batch.swap(pending_);
   {
-    Group group;
+    NcclGroup group(*this);
     for (const auto& p : batch) {
       if (p.send) {
-        nccl::check(nccl::api().ncclSend(p.buf, p.bytes, kBytes, p.peer, comm_, stream_), "ncclSend");
+        queued(nccl::api().ncclSend(p.buf, p.bytes, kBytes, p.peer, comm(), stream_), "ncclSend");
       } else {
-        nccl::check(nccl::api().ncclRecv(p.buf, p.bytes, kBytes, p.peer, comm_, stream_), "ncclRecv");
+        queued(nccl::api().ncclRecv(p.buf, p.bytes, kBytes, p.peer, comm(), stream_), "ncclRecv");
       }
     }
   }
   // Point-to-point callers read the bytes on return (the interface's wait semantics).
-  cuda::check(cuda::api().cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  wait_for_stream("NCCL point-to-point");
 }
 
 bool NcclTransport::native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
@@ -171,10 +321,11 @@ bool NcclTransport::allreduce_scaled(const void* input, void* output, size_t cou
   if (!can_reduce(dtype, op, scale)) return false;
   bool created = false;
   const nccl::RedOp red = reduction(dtype, op, scale, &created);
-  const nccl::Result r = nccl::api().ncclAllReduce(input, output, count, nccl_type(dtype), red, comm_, stream_);
-  // An op may be destroyed as soon as the last call given it has returned (NCCL's rule).
-  if (created) nccl::api().ncclRedOpDestroy(red, comm_);
-  nccl::check(r, "ncclAllReduce");
+  const nccl::Result r = nccl::api().ncclAllReduce(input, output, count, nccl_type(dtype), red, comm(), stream_);
+  // An op may be destroyed once the last call given it has returned (NCCL's rule): on a
+  // non-blocking communicator, once that call has settled.
+  settle(r, "ncclAllReduce");
+  if (created) nccl::api().ncclRedOpDestroy(red, comm());
   return true;
 }
 
@@ -191,35 +342,35 @@ bool NcclTransport::reduce_scatter_scaled(const void* input, void* output, const
   const nccl::RedOp red = reduction(dtype, op, scale, &created);
   nccl::Result r = nccl::kSuccess;
   if (all_equal(counts)) {
-    r = nccl::api().ncclReduceScatter(input, output, counts.front(), nccl_type(dtype), red, comm_, stream_);
+    r = nccl::api().ncclReduceScatter(input, output, counts.front(), nccl_type(dtype), red, comm(), stream_);
   } else {
     // Uneven shares: one reduce per rank to that rank, issued as one group.
     const std::vector<size_t> at = offsets(counts);
     const size_t esize = dtype_size(dtype);
     nccl::api().ncclGroupStart();
-    for (int root = 0; root < size() && r == nccl::kSuccess; ++root) {
+    for (int root = 0; root < size() && (r == nccl::kSuccess || r == nccl::kInProgress); ++root) {
       r = nccl::api().ncclReduce(static_cast<const char*>(input) + at[root] * esize, output, counts[root],
-                                 nccl_type(dtype), red, root, comm_, stream_);
+                                 nccl_type(dtype), red, root, comm(), stream_);
     }
     const nccl::Result ended = nccl::api().ncclGroupEnd();
-    if (r == nccl::kSuccess) r = ended;
+    if (r == nccl::kSuccess || r == nccl::kInProgress) r = ended;
   }
-  if (created) nccl::api().ncclRedOpDestroy(red, comm_);
-  nccl::check(r, "NCCL reduce-scatter");
+  settle(r, "NCCL reduce-scatter");
+  if (created) nccl::api().ncclRedOpDestroy(red, comm());
   return true;
 }
 
 void NcclTransport::native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) {
   if (all_equal(byte_counts)) {
-    nccl::check(nccl::api().ncclAllGather(mine, output, byte_counts.front(), kBytes, comm_, stream_), "ncclAllGather");
+    settle(nccl::api().ncclAllGather(mine, output, byte_counts.front(), kBytes, comm(), stream_), "ncclAllGather");
     return;
   }
   // Ragged: each rank broadcasts its block into place (what Horovod does over NCCL).
   const std::vector<size_t> at = offsets(byte_counts);
-  Group group;
+  NcclGroup group(*this);
   for (int r = 0; r < size(); ++r) {
-    nccl::check(nccl::api().ncclBroadcast(r == rank() ? mine : nullptr, static_cast<char*>(output) + at[r],
-                                          byte_counts[r], kBytes, r, comm_, stream_),
+    queued(nccl::api().ncclBroadcast(r == rank() ? mine : nullptr, static_cast<char*>(output) + at[r],
+                                          byte_counts[r], kBytes, r, comm(), stream_),
                 "ncclBroadcast");
   }
 }
@@ -227,42 +378,42 @@ void NcclTransport::native_allgatherv(const void* mine, void* output, const std:
 void NcclTransport::alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
                               const std::vector<size_t>& recv_bytes) {
   const std::vector<size_t> send_at = offsets(send_bytes), recv_at = offsets(recv_bytes);
-  Group group;
+  NcclGroup group(*this);
   for (int r = 0; r < size(); ++r) {
-    nccl::check(nccl::api().ncclSend(static_cast<const char*>(input) + send_at[r], send_bytes[r], kBytes, r, comm_,
+    queued(nccl::api().ncclSend(static_cast<const char*>(input) + send_at[r], send_bytes[r], kBytes, r, comm(),
                                      stream_),
                 "ncclSend");
-    nccl::check(nccl::api().ncclRecv(static_cast<char*>(output) + recv_at[r], recv_bytes[r], kBytes, r, comm_, stream_),
+    queued(nccl::api().ncclRecv(static_cast<char*>(output) + recv_at[r], recv_bytes[r], kBytes, r, comm(), stream_),
                 "ncclRecv");
   }
 }
 
 void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
-  nccl::check(nccl::api().ncclBroadcast(buf, buf, bytes, kBytes, root, comm_, stream_), "ncclBroadcast");
+  settle(nccl::api().ncclBroadcast(buf, buf, bytes, kBytes, root, comm(), stream_), "ncclBroadcast");
 }
 
 void NcclTransport::gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) {
   const std::vector<size_t> at = offsets(byte_counts);
-  Group group;
-  nccl::check(nccl::api().ncclSend(mine, byte_counts[rank()], kBytes, root, comm_, stream_), "ncclSend");
+  NcclGroup group(*this);
+  queued(nccl::api().ncclSend(mine, byte_counts[rank()], kBytes, root, comm(), stream_), "ncclSend");
   if (rank() != root) return;
   for (int r = 0; r < size(); ++r) {
-    nccl::check(nccl::api().ncclRecv(static_cast<char*>(output) + at[r], byte_counts[r], kBytes, r, comm_, stream_),
+    queued(nccl::api().ncclRecv(static_cast<char*>(output) + at[r], byte_counts[r], kBytes, r, comm(), stream_),
                 "ncclRecv");
   }
 }
 
 void NcclTransport::scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) {
   const std::vector<size_t> at = offsets(byte_counts);
-  Group group;
+  NcclGroup group(*this);
   if (rank() == root) {
     for (int r = 0; r < size(); ++r) {
-      nccl::check(nccl::api().ncclSend(static_cast<const char*>(input) + at[r], byte_counts[r], kBytes, r, comm_,
+      queued(nccl::api().ncclSend(static_cast<const char*>(input) + at[r], byte_counts[r], kBytes, r, comm(),
                                        stream_),
                   "ncclSend");
     }
   }
-  nccl::check(nccl::api().ncclRecv(mine, byte_counts[rank()], kBytes, root, comm_, stream_), "ncclRecv");
+  queued(nccl::api().ncclRecv(mine, byte_counts[rank()], kBytes, root, comm(), stream_), "ncclRecv");
 }
 
 bool NcclTransport::native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
@@ -275,9 +426,9 @@ bool NcclTransport::reduce_scaled(const void* input, void* output, size_t count,
   if (!can_reduce(dtype, op, scale)) return false;
   bool created = false;
   const nccl::RedOp red = reduction(dtype, op, scale, &created);
-  const nccl::Result r = nccl::api().ncclReduce(input, output, count, nccl_type(dtype), red, root, comm_, stream_);
-  if (created) nccl::api().ncclRedOpDestroy(red, comm_);
-  nccl::check(r, "ncclReduce");
+  const nccl::Result r = nccl::api().ncclReduce(input, output, count, nccl_type(dtype), red, root, comm(), stream_);
+  settle(r, "ncclReduce");
+  if (created) nccl::api().ncclRedOpDestroy(red, comm());
   return true;
 }
 

@@ -6,9 +6,19 @@
 // Every data-plane call is stream-ordered: it returns once the work is queued
 // on stream(), and results are ready for whatever is queued there after it.
 // Control-plane calls go to the set's MPI transport unchanged.
+//
+// The communicator is non-blocking (ncclCommInitRankConfig, blocking = 0), so
+// no NCCL call can hold horo's background thread forever: in-progress calls are
+// polled (gpu/nccl_wait.h) against HORO_NCCL_TIMEOUT_SECONDS, and creation ends
+// the same way on every rank (gpu/collective_outcome.h).
 #pragma once
 
+#include <chrono>
+#include <deque>
+#include <string>
 #include <vector>
+
+#include "gpu/cuda_event.h"
 
 #include "gpu/cuda_api.h"
 #include "gpu/nccl_api.h"
@@ -18,8 +28,9 @@ namespace horo {
 
 class NcclTransport : public Transport {
  public:
-  // Collective over `control`'s ranks; `device` is this rank's GPU.
-  NcclTransport(Transport& control, int device);
+  // Collective over `control`'s ranks; `device` is this rank's GPU. Throws the same
+  // Error on every rank when creation fails on any (naming the ranks and NCCL's reason).
+  NcclTransport(Transport& control, int device, double timeout_seconds);
   ~NcclTransport() override;
 
   int rank() const override { return control_.rank(); }
@@ -63,7 +74,32 @@ class NcclTransport : public Transport {
   // Whether NCCL can reduce `dtype` with `op` scaled by `scale` in one collective.
   static bool can_reduce(DataType dtype, ReduceOp op, double scale);
 
+  // Work queued up to `done` (recorded on stream()) for the tensors `names`, watched until it completes.
+  void watch(CudaEventPtr done, std::string names);
+  // Local, non-blocking: "" while the watched work is finishing or finished, else why it failed
+  // (NCCL's asynchronous error, or older than the timeout), naming its tensors; the communicator is
+  // then aborted. The caller makes the answer collective (GpuExecutor::run).
+  std::string in_flight_failure();
+  // Ends the communicator at once (ncclCommAbort), its queued work with it; later calls throw `why`.
+  void abort(const std::string& why);
+
  private:
+  struct InFlight {
+    CudaEventPtr done;
+    std::string names;
+    std::chrono::steady_clock::time_point since;
+  };
+  // Joins the communicator (non-blocking, polled); "" or why not, with the communicator aborted.
+  std::string join(const std::string& id_bytes);
+  // The NCCL communicator, or an Error saying it was aborted.
+  nccl::Comm comm() const;
+  // Non-blocking communicators answer kInProgress while work is being set up: polled to the end here.
+  void settle(nccl::Result result, const char* what);
+  // A call inside an NCCL group: queued (kSuccess or kInProgress), settled at ncclGroupEnd.
+  void queued(nccl::Result result, const char* what);
+  // Blocks until stream()'s work is done, polling NCCL's error and the deadline.
+  void wait_for_stream(const char* what);
+  friend class NcclGroup;
   struct PointToPoint {
     bool send;
     void* buf;
@@ -75,9 +111,12 @@ class NcclTransport : public Transport {
 
   Transport& control_;
   int device_;
+  double timeout_seconds_;
   nccl::Comm comm_ = nullptr;
+  std::string aborted_;  // why comm_ was aborted ("" while it lives)
   cuda::Stream stream_ = nullptr;
   std::vector<PointToPoint> pending_;
+  std::deque<InFlight> in_flight_;
 };
 
 }  // namespace horo

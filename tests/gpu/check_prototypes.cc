@@ -6,10 +6,12 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstddef>
 #include <type_traits>
 
 #include "gpu/cuda_api.h"
 #include "gpu/nccl_api.h"
+#include "gpu/nccl_loader.h"
 
 namespace {
 
@@ -18,11 +20,13 @@ template <typename T> struct Real { using type = T; };
 template <typename T> using RealT = typename Real<T>::type;
 template <> struct Real<horo::cuda::Status> { using type = cudaError_t; };
 template <> struct Real<horo::cuda::MemcpyKind> { using type = cudaMemcpyKind; };
+template <> struct Real<horo::cuda::DeviceAttr> { using type = cudaDeviceAttr; };
 template <> struct Real<horo::nccl::Result> { using type = ncclResult_t; };
 template <> struct Real<horo::nccl::DataType> { using type = ncclDataType_t; };
 template <> struct Real<horo::nccl::RedOp> { using type = ncclRedOp_t; };
 template <> struct Real<horo::nccl::ScalarResidence> { using type = ncclScalarResidence_t; };
 template <> struct Real<horo::nccl::UniqueId> { using type = ncclUniqueId; };
+template <> struct Real<horo::nccl::Config> { using type = ncclConfig_t; };
 template <typename T> struct Real<const T> { using type = const RealT<T>; };
 template <typename T> struct Real<T*> { using type = RealT<T>*; };
 template <typename R, typename... A> struct Real<R (*)(A...)> { using type = RealT<R> (*)(RealT<A>...); };
@@ -30,7 +34,7 @@ template <typename R, typename... A> struct Real<R (*)(A...)> { using type = Rea
 // Passed by value or through pointers, so each mirrored type must match in size (the ABI) too.
 template <typename Ours>
 constexpr bool same_size = sizeof(Ours) == sizeof(RealT<Ours>) && alignof(Ours) == alignof(RealT<Ours>);
-static_assert(same_size<horo::cuda::Status> && same_size<horo::cuda::MemcpyKind>);
+static_assert(same_size<horo::cuda::Status> && same_size<horo::cuda::MemcpyKind> && same_size<horo::cuda::DeviceAttr>);
 static_assert(same_size<horo::nccl::Result> && same_size<horo::nccl::DataType> && same_size<horo::nccl::RedOp> &&
               same_size<horo::nccl::ScalarResidence> && same_size<horo::nccl::UniqueId>);
 
@@ -69,5 +73,24 @@ static_assert(int(horo::nccl::kSum) == int(ncclSum) && int(horo::nccl::kProd) ==
 static_assert(int(horo::nccl::kScalarDevice) == int(ncclScalarDevice) &&
               int(horo::nccl::kScalarHostImmediate) == int(ncclScalarHostImmediate));
 static_assert(int(horo::nccl::kUniqueIdBytes) == int(NCCL_UNIQUE_ID_BYTES));
+static_assert(int(horo::cuda::kDevAttrMemoryPoolsSupported) == int(cudaDevAttrMemoryPoolsSupported));
+
+// horo's Config is NCCL 2.14's ncclConfig_t, which later versions only append to: each field
+// must sit where the real struct has it, and the markers must be NCCL's own.
+#define SAME_FIELD(field)                                                                   \
+  static_assert(offsetof(horo::nccl::Config, field) == offsetof(ncclConfig_t, field) &&     \
+                sizeof(horo::nccl::Config::field) == sizeof(ncclConfig_t::field));
+SAME_FIELD(size)
+SAME_FIELD(magic)
+SAME_FIELD(version)
+SAME_FIELD(blocking)
+SAME_FIELD(cgaClusterSize)
+SAME_FIELD(minCTAs)
+SAME_FIELD(maxCTAs)
+SAME_FIELD(netName)
+static_assert(sizeof(horo::nccl::Config) <= sizeof(ncclConfig_t) && alignof(horo::nccl::Config) == alignof(ncclConfig_t));
+static_assert(horo::nccl::kConfigMagic == NCCL_API_MAGIC && horo::nccl::kConfigUndefInt == NCCL_CONFIG_UNDEF_INT);
+static_assert(horo::nccl::kConfigVersion == NCCL_VERSION(2, 14, 0) && horo::nccl::kConfigVersion <= NCCL_VERSION_CODE);
+static_assert(horo::nccl::kMinimumVersion == horo::nccl::kConfigVersion);
 
 }  // namespace

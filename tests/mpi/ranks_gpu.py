@@ -63,6 +63,33 @@ def test_allreduce_fused_with_scale_factors(hvd, dtype):
         check_result(host(out), inputs[i], "Sum", True, 0.5, 4.0, what=f"fused {dtype} tensor {i}")
 
 
+def test_large_fused_allreduce_equals_the_reference(hvd):
+    # 3 x 6 MiB in one fused group: under MPI staging the fused buffer is pipelined in 4 MiB chunks
+    # across tensor boundaries; under NCCL one fused collective. Either must give the NumPy answer.
+    n = hvd.size()
+    ts = [torch.full((6 << 18,), float(hvd.rank() + 1 + i), device="cuda") for i in range(3)]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="fused.large")
+    for i, out in enumerate(outs):
+        expected = sum(r + 1 + i for r in range(n))
+        got = host(out)
+        assert got.shape == (6 << 18,) and (got == expected).all(), f"tensor {i}: {got[:4]} != {expected}"
+
+
+def test_core_allocated_outputs_are_freed_in_stream_order(hvd):
+    # allgather outputs come from cudaMallocAsync and go back with cudaFreeAsync on the caller's
+    # stream: dropping them while later work is queued must neither corrupt it nor fail.
+    n = hvd.size()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for step in range(20):
+            x = torch.full((1 << 16,), float(step + hvd.rank()), device="cuda")
+            gathered = hvd.allgather(x, name=f"ag.free.{step}")
+            total = gathered.sum()
+            del gathered  # freed on `side`, after the sum queued there
+            assert total.item() == (1 << 16) * sum(step + r for r in range(n))
+    torch.cuda.synchronize()
+
+
 def test_broadcast_allgather_alltoall_reducescatter(hvd):
     n, me = hvd.size(), hvd.rank()
     x = torch.arange(12, dtype=torch.float32, device="cuda").reshape(4, 3) + 100 * me
