@@ -44,3 +44,17 @@ def test_predictions_cover_every_rate_and_rank_count():
         assert ring > 0 and hier > 0 and tree > 0
         if rate == 10 and p >= 64:  # slow links, many hosts: less over the link, fewer latency steps
             assert hier > ring
+
+
+def test_reduction_term_adds_gamma_per_byte_each_algorithm_reduces():
+    p, per_host, m, g = 12, 2, 1 << 26, 1 / 5e9  # 6 hosts, reduction at 5 GB/s
+    assert model.ring_time(p, m, 0.0, 0.0, g) == pytest.approx((p - 1) / p * m * g)
+    # intra reduce-scatter reduces (L-1)/L of m; the cross step (H-1)/H of each local rank's m/L slice
+    hosts = p // per_host
+    expected = ((per_host - 1) / per_host * m + (hosts - 1) / hosts * m / per_host) * g
+    assert model.hierarchical_time(p, per_host, m, 0.0, 0.0, 0.0, 0.0, g) == pytest.approx(expected)
+    assert model.tree_time(8, m, 0.0, 0.0, g) == pytest.approx(3 * m * g)
+    # a slower reduction lowers every prediction
+    fit = {"alpha_intra": 5e-6, "beta_intra": 1 / 50e9, "alpha_cross": 20e-6, "beta_cross": 1 / 0.1e9}
+    fast, slow = model.predictions(fit, m), model.predictions({**fit, "gamma": g}, m)
+    assert all(s[k] < f[k] for f, s in zip(fast, slow) for k in (2, 3, 4))

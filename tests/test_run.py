@@ -296,6 +296,22 @@ def test_failure_parser_reads_open_mpi_4_and_5_reports():
     assert (parse_failure(ompi4).rank, parse_failure(ompi4).exit_code) == (2, 7)
     assert (parse_failure(signalled).rank, parse_failure(signalled).signal) == (1, 9)
     assert parse_failure(hydra) is None  # Hydra does not say which rank
+    assert parse_failure(signalled).summary() == "horo-run: rank 1 was killed by signal 9 on host vm"
+    lost = "PRTE has lost communication with a remote daemon.\n\n  HNP daemon   : [prterun-vm-737@0,0] on node vm\n" \
+           "  Remote daemon: [prterun-vm-737@0,3] on node h3\n"
+    assert parse_failure(lost).lost_host and parse_failure(lost).host == "h3"
+    assert "lost the connection to host h3" in parse_failure(lost).summary()
+
+
+@pytest.mark.timeout(30)
+def test_launcher_keepalive_follows_the_peer_timeout_unless_set():
+    from horo.run.lost_host import keepalive_env
+
+    env = keepalive_env({}, {"HORO_PEER_TIMEOUT_SECONDS": "10"})
+    assert env["PRTE_MCA_oob_tcp_keepalive_time"] == "10" and env["PRTE_MCA_oob_tcp_keepalive_intvl"] == "5"
+    assert keepalive_env({"HORO_PEER_TIMEOUT_SECONDS": "0"}, {}) == {}
+    mine = keepalive_env({"PRTE_MCA_oob_tcp_keepalive_time": "7"}, {})
+    assert "PRTE_MCA_oob_tcp_keepalive_time" not in mine and mine["PRTE_MCA_oob_tcp_keepalive_intvl"] == "30"
 
 
 # --- real launches ---------------------------------------------------------------

@@ -26,4 +26,11 @@ class CollectiveError : public Error {
   using Error::Error;
 };
 
+// Peers stopped answering a wait for the network (transport/peer_watch.h): the
+// message names them and their hosts. MPI cannot go on past it, so the engine stops.
+class PeerUnreachable : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace horo

@@ -50,6 +50,10 @@ const std::vector<TunableSpec>& tunable_specs() {
        "1: no stall warnings (as HORO_STALL_CHECK_TIME_SECONDS=0)"},
       {"HORO_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
        "fail such stalled tensors with an error after this long; 0 waits forever"},
+      {"HORO_PEER_TIMEOUT_SECONDS", "", "60",
+       "a wait for other ranks that has not completed after this long, and in which some rank no longer answers "
+       "(its host off the network, its process stopped), fails with an error naming those ranks and hosts on every "
+       "rank, and the job ends; ranks that answer may be slow for as long as they like; 0: wait forever"},
       {"HORO_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "error | warning | info | debug"},
       {"HORO_TIMELINE", "HOROVOD_TIMELINE", "",
        "rank 0 writes a Chrome trace (Perfetto) of every tensor's phases to this file; empty: off; "
@@ -158,6 +162,7 @@ Tunables Tunables::from_environment() {
   t.stall_check_seconds = number("HORO_STALL_CHECK_TIME_SECONDS");
   if (number("HORO_STALL_CHECK_DISABLE") != 0) t.stall_check_seconds = 0;
   t.stall_shutdown_seconds = number("HORO_STALL_SHUTDOWN_TIME_SECONDS");
+  t.peer_timeout_seconds = number("HORO_PEER_TIMEOUT_SECONDS");
   t.log_level = log_level_from(lookup("HORO_LOG_LEVEL"));
   t.timeline_path = lookup("HORO_TIMELINE");
   // Horovod's keyword, not a file name: the timeline starts later, from start_timeline().

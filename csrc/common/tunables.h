@@ -41,6 +41,7 @@ struct Tunables {
   int64_t hierarchical_min_bytes;  // auto: two-level at and above this size
   double stall_check_seconds;
   double stall_shutdown_seconds;
+  double peer_timeout_seconds;  // transport/peer_watch.h; <= 0: no deadline
   int log_level;  // 0 error, 1 warning, 2 info, 3 debug
   std::string timeline_path;  // rank 0 writes a Chrome trace here ("": none)
   bool timeline_mark_cycles;

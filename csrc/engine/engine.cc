@@ -177,6 +177,13 @@ void Engine::loop() {
     }
     stop_reason_ = "";
     fail_everything("horo was shut down (by this or another rank) while this tensor was pending");
+  } catch (const PeerUnreachable& e) {
+    HORO_LOG(kLogError, "background thread stopped: " << e.what());
+    stop_reason_ = std::string(" after peers became unreachable: ") + e.what();
+    fail_everything(std::string("horo's background thread failed: ") + e.what());
+    // Freeing communicators (shared-memory segments end with a barrier) would wait on
+    // peers that are gone; the process ends with MPI_Abort (peer_watch.h), so keep them.
+    new std::map<int, ProcessSet>(std::move(sets_));
   } catch (const std::exception& e) {
     HORO_LOG(kLogError, "background thread stopped: " << e.what());
     stop_reason_ = std::string(" after an internal error: ") + e.what();
@@ -336,6 +343,13 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
           set.executor->run(group, entries);
         }
       }
+    } catch (const PeerUnreachable& e) {
+      // These callers hear why; the loop stops, since MPI cannot go on past a lost peer.
+      for (auto& entry : entries) {
+        handles_.complete(entry.handle, std::string(collective_name(agreed.type)) + " '" + entry.request.name +
+                                            "' failed: " + e.what());
+      }
+      throw;
     } catch (const Error& e) {
       error = std::string(collective_name(agreed.type)) + " '" + agreed.name + "' failed: " + e.what();
     }

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "transport/mpi_transport.h"
+#include "transport/peer_watch.h"
 
 namespace horo {
 
@@ -49,7 +50,10 @@ MPI_Comm mpi_attach(MPI_Comm comm, ProcessInfo* info) {
 void mpi_detach() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (g_we_initialized && !finalized) MPI_Finalize();
+  if (finalized) return;
+  // MPI_Finalize would wait for the ranks that stopped answering; ending the job is all that is left.
+  if (peer_watch_failed()) peer_watch_end_job();
+  if (g_we_initialized) MPI_Finalize();
 }
 
 }  // namespace horo

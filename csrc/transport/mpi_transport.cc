@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "transport/peer_watch.h"
 
 namespace horo {
 
@@ -68,9 +69,13 @@ MPI_Op mpi_op(ReduceOp op, bool* ok) {
 // (tests/test_cluster.py reproduces it on namespaced hosts).
 std::atomic<bool> g_waits_may_sleep{true};
 
-void wait_politely(MPI_Request* requests, int count) {
+//
+// Every wait has a deadline (peer_watch.h): a peer whose host went off the
+// network would otherwise keep this loop, and the job, waiting forever.
+void wait_politely(MPI_Request* requests, int count, const char* what) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  WaitDeadline deadline(what);
   const auto spin_until = start + std::chrono::microseconds(50);
   const auto yield_until = start + std::chrono::microseconds(1000);
   int done = 0;
@@ -79,12 +84,22 @@ void wait_politely(MPI_Request* requests, int count) {
     if (done) return;
     const auto now = clock::now();
     if (now < spin_until) continue;
+    deadline.poll(now);
     if (now < yield_until || !g_waits_may_sleep.load(std::memory_order_relaxed)) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+}
+
+// Starts a collective non-blocking and waits for it politely: MPI's blocking
+// collectives can neither yield the core nor give up on a lost peer.
+template <typename Start>
+void collective(const char* what, Start start) {
+  MPI_Request request;
+  mpi_check(start(&request), what);
+  wait_politely(&request, 1, what);
 }
 
 }  // namespace
@@ -129,13 +144,13 @@ int MpiTransport::keep(MPI_Request request) {
 }
 
 void MpiTransport::wait(int slot) {
-  wait_politely(&requests_[slot], 1);
+  wait_politely(&requests_[slot], 1, "a point-to-point transfer");
   free_slots_.push_back(slot);
 }
 
 void MpiTransport::wait_all() {
   if (requests_.empty()) return;
-  wait_politely(requests_.data(), static_cast<int>(requests_.size()));
+  wait_politely(requests_.data(), static_cast<int>(requests_.size()), "point-to-point transfers");
   requests_.clear();
   free_slots_.clear();
 }
@@ -183,7 +198,9 @@ bool MpiTransport::native_allreduce(const void* input, void* output, size_t coun
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(max_count, count - done);
     const void* send = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + done * esize);
-    HORO_MPI(MPI_Allreduce(send, out + done * esize, static_cast<int>(n), type, mop, comm_));
+    collective("MPI_Iallreduce", [&](MPI_Request* r) {
+      return MPI_Iallreduce(send, out + done * esize, static_cast<int>(n), type, mop, comm_, r);
+    });
     done += n;
   }
   return true;
@@ -200,14 +217,18 @@ bool MpiTransport::native_reduce_scatter(const void* input, void* output, const 
     ints.push_back(static_cast<int>(c));
   }
   const void* send = input == output ? MPI_IN_PLACE : input;
-  HORO_MPI(MPI_Reduce_scatter(send, output, ints.data(), type, mop, comm_));
+  collective("MPI_Ireduce_scatter", [&](MPI_Request* r) {
+    return MPI_Ireduce_scatter(send, output, ints.data(), type, mop, comm_, r);
+  });
   return true;
 }
 
 void MpiTransport::native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) {
   std::vector<int> displs;
   std::vector<int> counts = int_counts(byte_counts, &displs);
-  HORO_MPI(MPI_Allgatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, comm_));
+  collective("MPI_Iallgatherv", [&](MPI_Request* r) {
+    return MPI_Iallgatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, comm_, r);
+  });
 }
 
 void MpiTransport::alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
@@ -215,15 +236,19 @@ void MpiTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   std::vector<int> sdispls, rdispls;
   std::vector<int> scounts = int_counts(send_bytes, &sdispls);
   std::vector<int> rcounts = int_counts(recv_bytes, &rdispls);
-  HORO_MPI(MPI_Alltoallv(input, scounts.data(), sdispls.data(), MPI_BYTE, output, rcounts.data(), rdispls.data(),
-                         MPI_BYTE, comm_));
+  collective("MPI_Ialltoallv", [&](MPI_Request* r) {
+    return MPI_Ialltoallv(input, scounts.data(), sdispls.data(), MPI_BYTE, output, rcounts.data(), rdispls.data(),
+                          MPI_BYTE, comm_, r);
+  });
 }
 
 void MpiTransport::broadcast(void* buf, size_t bytes, int root) {
   char* p = static_cast<char*>(buf);
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(kMaxMessageBytes, bytes - done);
-    HORO_MPI(MPI_Bcast(p + done, static_cast<int>(n), MPI_BYTE, root, comm_));
+    collective("MPI_Ibcast", [&](MPI_Request* r) {
+      return MPI_Ibcast(p + done, static_cast<int>(n), MPI_BYTE, root, comm_, r);
+    });
     done += n;
   }
 }
@@ -231,13 +256,17 @@ void MpiTransport::broadcast(void* buf, size_t bytes, int root) {
 void MpiTransport::gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) {
   std::vector<int> displs;
   std::vector<int> counts = int_counts(byte_counts, &displs);
-  HORO_MPI(MPI_Gatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, root, comm_));
+  collective("MPI_Igatherv", [&](MPI_Request* r) {
+    return MPI_Igatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, root, comm_, r);
+  });
 }
 
 void MpiTransport::scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) {
   std::vector<int> displs;
   std::vector<int> counts = int_counts(byte_counts, &displs);
-  HORO_MPI(MPI_Scatterv(input, counts.data(), displs.data(), MPI_BYTE, mine, counts[rank_], MPI_BYTE, root, comm_));
+  collective("MPI_Iscatterv", [&](MPI_Request* r) {
+    return MPI_Iscatterv(input, counts.data(), displs.data(), MPI_BYTE, mine, counts[rank_], MPI_BYTE, root, comm_, r);
+  });
 }
 
 bool MpiTransport::native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
@@ -247,11 +276,13 @@ bool MpiTransport::native_reduce(const void* input, void* output, size_t count, 
   if (!mpi_reduction(dtype, op, &type, &mop)) return false;
   if (count * dtype_size(dtype) > kMaxMessageBytes) return false;
   const void* send = (input == output && rank_ == root) ? MPI_IN_PLACE : input;
-  HORO_MPI(MPI_Reduce(send, output, static_cast<int>(count), type, mop, root, comm_));
+  collective("MPI_Ireduce", [&](MPI_Request* r) {
+    return MPI_Ireduce(send, output, static_cast<int>(count), type, mop, root, comm_, r);
+  });
   return true;
 }
 
-void MpiTransport::barrier() { HORO_MPI(MPI_Barrier(comm_)); }
+void MpiTransport::barrier() { collective("MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }); }
 
 std::unique_ptr<Transport> MpiTransport::split(const std::vector<int>& members) {
   const bool member = std::find(members.begin(), members.end(), rank_) != members.end();
@@ -262,16 +293,17 @@ std::unique_ptr<Transport> MpiTransport::split(const std::vector<int>& members) 
 }
 
 void MpiTransport::allreduce_bitand(std::vector<uint64_t>& words) {
-  MPI_Request request;
-  HORO_MPI(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND,
-                          comm_, &request));
-  wait_politely(&request, 1);
+  collective("the coordination round (MPI_Iallreduce)", [&](MPI_Request* r) {
+    return MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND, comm_, r);
+  });
 }
 
 std::vector<std::string> MpiTransport::gather_bytes(const std::string& mine, int root) {
   int my_length = static_cast<int>(mine.size());
   std::vector<int> lengths(rank_ == root ? size_ : 0);
-  HORO_MPI(MPI_Gather(&my_length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_));
+  collective("MPI_Igather", [&](MPI_Request* r) {
+    return MPI_Igather(&my_length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_, r);
+  });
   std::vector<int> offsets(lengths.size());
   std::string all;
   if (rank_ == root) {
@@ -282,8 +314,10 @@ std::vector<std::string> MpiTransport::gather_bytes(const std::string& mine, int
     }
     all.resize(total);
   }
-  HORO_MPI(MPI_Gatherv(mine.data(), my_length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE,
-                       root, comm_));
+  collective("MPI_Igatherv", [&](MPI_Request* r) {
+    return MPI_Igatherv(mine.data(), my_length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE,
+                        root, comm_, r);
+  });
   std::vector<std::string> out;
   if (rank_ == root) {
     for (int r = 0; r < size_; ++r) out.emplace_back(all.substr(offsets[r], lengths[r]));
@@ -293,9 +327,11 @@ std::vector<std::string> MpiTransport::gather_bytes(const std::string& mine, int
 
 void MpiTransport::broadcast_bytes(std::string& data, int root) {
   int64_t length = static_cast<int64_t>(data.size());
-  HORO_MPI(MPI_Bcast(&length, 1, MPI_INT64_T, root, comm_));
+  collective("MPI_Ibcast", [&](MPI_Request* r) { return MPI_Ibcast(&length, 1, MPI_INT64_T, root, comm_, r); });
   data.resize(length);
-  if (length > 0) HORO_MPI(MPI_Bcast(data.data(), static_cast<int>(length), MPI_BYTE, root, comm_));
+  if (length > 0) collective("MPI_Ibcast", [&](MPI_Request* r) {
+    return MPI_Ibcast(data.data(), static_cast<int>(length), MPI_BYTE, root, comm_, r);
+  });
 }
 
 }  // namespace horo

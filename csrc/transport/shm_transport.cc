@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "transport/cross_memory.h"
 #include "reduce/reduce_kernels.h"
+#include "transport/peer_watch.h"
 
 namespace horo {
 
@@ -93,9 +94,13 @@ void ShmTransport::step() {
     }
     return true;
   };
-  wait_until(segment_.bell(), everyone_here, spin_, std::chrono::milliseconds(100), [this] {
+  // A local peer may be held up by the network (the cross-host step of a hierarchical
+  // collective): the deadline finds out whether its host, or another, is still there.
+  WaitDeadline deadline("a shared-memory step");
+  wait_until(segment_.bell(), everyone_here, spin_, std::chrono::milliseconds(100), [&] {
     keep_mpi_moving();
     fail_if_a_peer_died();
+    deadline.poll(std::chrono::steady_clock::now());
   });
 }
 

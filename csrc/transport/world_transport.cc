@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "transport/hierarchical_transport.h"
 #include "transport/mpi_transport.h"
+#include "transport/peer_watch.h"
 #include "transport/transport_choice.h"
 
 namespace horo {
@@ -20,6 +21,7 @@ std::string lower(const char* name) {
 std::unique_ptr<Transport> make_world_transport(MPI_Comm ours, const ProcessInfo& info, const Tunables& tunables,
                                                 std::string* description) {
   set_mpi_waits_may_sleep(info.cross_size == 1);
+  peer_watch_start(ours, tunables.peer_timeout_seconds);
   const TransportSettings settings = TransportSettings::from(tunables);
   auto flat = std::make_unique<MpiTransport>(ours, settings);
   // Every rank takes the same branch: the inputs are global agreements.

@@ -4,14 +4,21 @@
 
 A message of m bytes between two ranks takes t(m) = α + β·m. Rank 0 fits α and β by least
 squares on ping-pong times (half the round trip) to a rank on its own host (intra) and to
-a rank on another host (cross). With p ranks, L per host, H = p/L hosts, and m bytes:
+a rank on another host (cross). Reducing m bytes into a buffer takes γ·m: every rank times
+a float32 sum of two buffers (the reduction an allreduce runs per received chunk) while
+the others do too, as they do inside a collective, and γ is the slowest rank's. With p
+ranks, L per host, H = p/L hosts, and m bytes:
 
-    ring (flat):          T = 2(p-1)·α + 2(p-1)/p · m · β,   α = max(α_c, α_i), β = max(β_c, β_i)
-        (each step is as slow as its slowest hop; each host's link carries 2(p-1)/p · m)
-    hierarchical:         T = 2(L-1)·α_i + 2(L-1)/L · m · β_i  +  2(H-1)·α_c + 2(H-1)/H · m · β_c
+    ring (flat):          T = 2(p-1)·α + 2(p-1)/p · m · β + (p-1)/p · m · γ,
+                          α = max(α_c, α_i), β = max(β_c, β_i)
+        (each step is as slow as its slowest hop; each host's link carries 2(p-1)/p · m;
+         each rank reduces (p-1) chunks of m/p)
+    hierarchical:         T = 2(L-1)·α_i + 2(L-1)/L · m · β_i + (L-1)/L · m · γ
+                            + 2(H-1)·α_c + 2(H-1)/H · m · β_c + (H-1)/H · m/L · γ
         (intra reduce-scatter + all-gather, then all L local ranks drive the link at once,
-         each with m/L bytes, so the host's link carries 2(H-1)/H · m)
-    tree (recursive doubling): T = ⌈log2 p⌉ · (α + m · β), with the same slowest-hop α, β
+         each with m/L bytes, so the host's link carries 2(H-1)/H · m; the cross-host
+         reduce-scatter reduces (H-1) chunks of m/(L·H))
+    tree (recursive doubling): T = ⌈log2 p⌉ · (α + m · β + m · γ), with the same slowest-hop α, β
 
 and bus bandwidth busbw = 2(p-1)/p · m / T (nccl-tests' convention). The tool prints the
 fit, the measured busbw of horo's allreduce on this job next to the model's prediction for
@@ -49,19 +56,21 @@ def fit_alpha_beta(sizes, times):
     return max(alpha, 0.0), beta
 
 
-def ring_time(p, m, a_c, b_c):
-    return 2 * (p - 1) * a_c + 2 * (p - 1) / p * m * b_c
+def ring_time(p, m, a_c, b_c, g=0.0):
+    return 2 * (p - 1) * a_c + 2 * (p - 1) / p * m * b_c + (p - 1) / p * m * g
 
 
-def hierarchical_time(p, per_host, m, a_i, b_i, a_c, b_c):
+def hierarchical_time(p, per_host, m, a_i, b_i, a_c, b_c, g=0.0):
     hosts = max(1, p // per_host)
-    intra = 2 * (per_host - 1) * a_i + 2 * (per_host - 1) / per_host * m * b_i if per_host > 1 else 0.0
-    cross = 2 * (hosts - 1) * a_c + 2 * (hosts - 1) / hosts * m * b_c if hosts > 1 else 0.0
+    intra = (2 * (per_host - 1) * a_i + 2 * (per_host - 1) / per_host * m * b_i + (per_host - 1) / per_host * m * g
+             if per_host > 1 else 0.0)
+    cross = (2 * (hosts - 1) * a_c + 2 * (hosts - 1) / hosts * m * b_c + (hosts - 1) / hosts * m / per_host * g
+             if hosts > 1 else 0.0)
     return intra + cross
 
 
-def tree_time(p, m, a_c, b_c):
-    return math.ceil(math.log2(p)) * (a_c + m * b_c)
+def tree_time(p, m, a_c, b_c, g=0.0):
+    return math.ceil(math.log2(p)) * (a_c + m * b_c + m * g)
 
 
 def slowest_hop(a_c, b_c, a_i, b_i, per_host):
@@ -82,10 +91,11 @@ def predictions(fit, m, ranks=RANKS, per_host=PER_HOST, rates=RATES_GBIT):
         b_c = 8 / (rate * 1e9)
         # a flat algorithm's step is as slow as its slowest hop: the link or the intra-host layer
         a_flat, b_flat = slowest_hop(fit["alpha_cross"], b_c, fit["alpha_intra"], fit["beta_intra"], per_host)
+        g = fit.get("gamma", 0.0)
         for p in ranks:
-            t_ring = ring_time(p, m, a_flat, b_flat)
-            t_hier = hierarchical_time(p, per_host, m, fit["alpha_intra"], fit["beta_intra"], fit["alpha_cross"], b_c)
-            t_tree = tree_time(p, m, a_flat, b_flat)
+            t_ring = ring_time(p, m, a_flat, b_flat, g)
+            t_hier = hierarchical_time(p, per_host, m, fit["alpha_intra"], fit["beta_intra"], fit["alpha_cross"], b_c, g)
+            t_tree = tree_time(p, m, a_flat, b_flat, g)
             rows.append((rate, p, *(busbw(p, m, t) / 1e9 for t in (t_ring, t_hier, t_tree))))
     return rows
 
@@ -125,6 +135,23 @@ def measure_fit(comm, hosts_of, reps=5):
         if comm.Get_rank() == 0:
             fit[f"alpha_{kind}"], fit[f"beta_{kind}"] = fit_alpha_beta(PINGPONG_SIZES, times)
     return comm.bcast(fit, root=0)
+
+
+def measure_gamma(comm, nbytes=16 << 20, reps=5):
+    """γ (seconds per byte reduced): a float32 sum of two buffers, timed on every rank at once
+    (ranks of a host share its cores and memory bandwidth, as inside a collective); the slowest."""
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.ones_like(a)
+    np.add(a, b, out=a)
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        t = time.perf_counter()
+        np.add(a, b, out=a)
+        times.append(time.perf_counter() - t)
+    from mpi4py import MPI
+
+    return comm.allreduce(statistics.median(times), op=MPI.MAX) / nbytes
 
 
 def measure_allreduce(horo, m, reps):
@@ -187,19 +214,21 @@ def main(argv=None):
     comm = MPI.COMM_WORLD
     hosts_of = comm.allgather(socket.gethostname())
     fit = measure_fit(comm, hosts_of, args.reps)  # before horo starts its thread: the links alone
+    fit["gamma"] = measure_gamma(comm, reps=args.reps)
     horo.init()
     n, per_host, hosts = horo.size(), horo.local_size(), horo.cross_size()
     seconds = measure_allreduce(horo, m, args.reps)
     from horo import _core
 
     hierarchical = "hierarchical" in _core.transport() and hosts > 1
+    g = fit["gamma"]
     if hosts > 1:
         predicted_t = (hierarchical_time(n, per_host, m, fit["alpha_intra"], fit["beta_intra"], fit["alpha_cross"],
-                                         fit["beta_cross"]) if hierarchical
+                                         fit["beta_cross"], g) if hierarchical
                        else ring_time(n, m, *slowest_hop(fit["alpha_cross"], fit["beta_cross"], fit["alpha_intra"],
-                                                          fit["beta_intra"], per_host)))
+                                                          fit["beta_intra"], per_host), g))
     else:
-        predicted_t = ring_time(n, m, fit["alpha_intra"], fit["beta_intra"])
+        predicted_t = ring_time(n, m, fit["alpha_intra"], fit["beta_intra"], g)
     measured = {"ranks": n, "hosts": hosts, "per_host": per_host, "algorithm": "hierarchical" if hierarchical else "ring",
                 "seconds": seconds, "busbw": busbw(n, m, seconds), "predicted": busbw(n, m, predicted_t)}
     if horo.rank() == 0:
@@ -209,7 +238,7 @@ def main(argv=None):
         rows = predictions(predict_fit, m)
         print(f"# α–β fit (ping-pong, rank 0): intra α {fit['alpha_intra'] * 1e6:.1f} µs, "
               f"1/β {1 / fit['beta_intra'] / 1e9:.3f} GB/s; cross α {fit['alpha_cross'] * 1e6:.1f} µs, "
-              f"1/β {1 / fit['beta_cross'] / 1e9:.3f} GB/s")
+              f"1/β {1 / fit['beta_cross'] / 1e9:.3f} GB/s; reduce 1/γ {1 / fit['gamma'] / 1e9:.2f} GB/s")
         print(f"# measured on this job: {n} ranks = {hosts} hosts x {per_host}, {measured['algorithm']} allreduce of "
               f"{m} B: busbw {measured['busbw'] / 1e9:.3f} GB/s, model {measured['predicted'] / 1e9:.3f} GB/s "
               f"(measured/model {measured['busbw'] / measured['predicted']:.2f})")

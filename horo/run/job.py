@@ -8,6 +8,7 @@ untouched.
 import collections
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -21,7 +22,11 @@ _EXIT_CODE = re.compile(r"Exit code:\s*(-?\d+)")
 # ... or, for a rank killed by a signal (wrapped over lines at any space):
 #     prterun noticed that process rank 1 with PID 123 on node n1 exited on
 #     signal 9 (Killed).
-_SIGNALLED = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+\S+\s+exited\s+on\s+signal\s+(\d+)")
+_SIGNALLED = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)")
+# ... or, for a host its launcher daemon can no longer reach (Open MPI 5 then exits 0):
+#     PRTE has lost communication with a remote daemon.
+#       Remote daemon: [prterun-vm-3543@0,3] on node h3
+_LOST_DAEMON = re.compile(r"Remote daemon:\s*\[.*\]\s+on\s+node\s+(\S+)")
 _SIGNAL_WINDOW = 4  # lines the message may wrap over
 
 
@@ -30,10 +35,16 @@ class RankFailure:
     rank: int
     exit_code: int = None
     signal: int = None
+    host: str = None
+    lost_host: bool = False  # the launcher lost its connection to `host`; rank is None
 
     def summary(self):
+        if self.lost_host:
+            return (f"horo-run: lost the connection to host {self.host} (off the network, or its launcher "
+                    "daemon died); the job was ended")
+        on = f" on host {self.host}" if self.host else ""
         if self.signal is not None:
-            return f"horo-run: rank {self.rank} was killed by signal {self.signal}"
+            return f"horo-run: rank {self.rank} was killed by signal {self.signal}{on}"
         return f"horo-run: rank {self.rank} exited with code {self.exit_code}"
 
 
@@ -64,7 +75,11 @@ class FailureParser:
         self._recent.append(line)
         m = _SIGNALLED.search(" ".join(self._recent))
         if m:
-            self.failure = RankFailure(int(m.group(1)), signal=int(m.group(2)))
+            self.failure = RankFailure(int(m.group(1)), signal=int(m.group(3)), host=m.group(2))
+            return
+        m = _LOST_DAEMON.search(line)
+        if m:
+            self.failure = RankFailure(None, host=m.group(1), lost_host=True)
             return
         m = _PROCESS_NAME.search(line)
         if m:
@@ -124,20 +139,26 @@ def run_job(argv, env):
     parser = FailureParser()
     stderr_fd = proc.stderr.fileno()
     while True:
+        # Not until EOF alone: a daemon on a host mpirun lost holds the pipe open after mpirun exits.
+        exited = proc.poll() is not None
         try:
-            chunk = os.read(stderr_fd, 65536)
+            ready = select.select([stderr_fd], [], [], 0.5)[0]
+            chunk = os.read(stderr_fd, 65536) if ready else None
         except InterruptedError:
             continue
-        if not chunk:
+        if chunk:
+            _write_all(2, chunk)
+            parser.feed(chunk)
+        elif chunk == b"" or exited:
             break
-        _write_all(2, chunk)
-        parser.feed(chunk)
     parser.close()
     proc.stderr.close()
     status = _exit_status(proc.wait())
     failure = parser.failure
     if failure is not None:
         print(failure.summary(), file=sys.stderr, flush=True)
+        if failure.lost_host:
+            return status or 1
         if failure.signal is not None:
             return 128 + failure.signal
         if failure.exit_code:

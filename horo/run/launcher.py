@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 
-from horo.run import check_build, command, hosts, job, mpi_flavor, tunable_flags
+from horo.run import check_build, command, hosts, job, lost_host, mpi_flavor, tunable_flags
 
 
 class UsageError(Exception):
@@ -139,7 +139,10 @@ def main(argv=None):
         return 0
     if args.verbose:
         print(command.shell_quote(cmd), file=sys.stderr, flush=True)
-    return job.run_job(cmd, spec.env)
+    env = spec.env
+    if spec.flavor == command.OPENMPI:
+        env = {**env, **lost_host.keepalive_env(env, spec.tunable_env)}
+    return job.run_job(cmd, env)
 
 
 if __name__ == "__main__":

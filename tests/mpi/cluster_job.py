@@ -85,7 +85,7 @@ def check_collectives():
 def killed_remote_rank(kill=True):
     me = horo.rank()
     horo.allreduce(np.ones(10, np.float32), name="before")
-    print(f"rank {me}: running", flush=True)
+    print(f"rank {me}: running as pid {os.getpid()} on {socket.gethostname()}", flush=True)
     if kill and me == horo.size() - 1:
         os._exit(17)  # dies without a word, like a node losing power
     deadline = time.time() + 120
