@@ -183,6 +183,8 @@ void Engine::loop() {
     fail_everything(std::string("horo's background thread failed: ") + e.what());
     // Freeing communicators (shared-memory segments end with a barrier) would wait on
     // peers that are gone; the process ends with MPI_Abort (peer_watch.h), so keep them.
+    std::lock_guard<std::mutex> lock(cycle_mutex_);  // no caller is in a cycle on them
+    stop_ = true;
     new std::map<int, ProcessSet>(std::move(sets_));
   } catch (const std::exception& e) {
     HORO_LOG(kLogError, "background thread stopped: " << e.what());
