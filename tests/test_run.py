@@ -301,6 +301,12 @@ def test_failure_parser_reads_open_mpi_4_and_5_reports():
            "  Remote daemon: [prterun-vm-737@0,3] on node h3\n"
     assert parse_failure(lost).lost_host and parse_failure(lost).host == "h3"
     assert "lost the connection to host h3" in parse_failure(lost).summary()
+    peer = ("An MPI communication peer process has unexpectedly disconnected.  This\n"
+            "usually indicates a failure in the peer process\n\n  Local host: h1\n  Local PID:  30549\n"
+            "  Peer host:  h3\n")
+    assert parse_failure(peer).lost_peer and parse_failure(peer).host == "h3"
+    assert "a rank on host h3 disconnected" in parse_failure(peer).summary()
+    assert parse_failure("  Peer host:  h3\n") is None  # only inside that report
 
 
 @pytest.mark.timeout(30)

@@ -70,6 +70,13 @@ void ShmTransport::finish_reads() {
   if (!error.empty()) throw Error(error);
 }
 
+size_t ShmTransport::move_piece(size_t largest) const {
+  // A move done in one round is two copies back to back (in, then out); in a few
+  // pieces the sender fills one half-slot while receivers empty the other.
+  constexpr size_t kDepth = 4, kSmallest = 32 * 1024;
+  return std::min(chunk_, std::max(kSmallest, ceil_div(ceil_div(largest, kDepth), kLine) * kLine));
+}
+
 size_t ShmTransport::piece(size_t total, size_t k, size_t per_round) {
   const size_t start = k * per_round;
   return start >= total ? 0 : std::min(per_round, total - start);
@@ -246,15 +253,17 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
     finish_reads();
     return;
   }
-  const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), chunk_);
+  const size_t largest = *std::max_element(byte_counts.begin(), byte_counts.end());
+  const size_t per_round = move_piece(largest);
+  const size_t rounds = ceil_div(largest, per_round);
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
-    const size_t n = piece(byte_counts[rank_], k, chunk_);
-    if (n) std::memcpy(slot(rank_), my + k * chunk_, n);
+    const size_t n = piece(byte_counts[rank_], k, per_round);
+    if (n) std::memcpy(slot(rank_), my + k * per_round, n);
     step();
     for (int p = 0; p < size_; ++p) {
-      const size_t pn = piece(byte_counts[p], k, chunk_);
-      if (p != rank_ && pn) std::memcpy(out + offset[p] + k * chunk_, slot(p), pn);
+      const size_t pn = piece(byte_counts[p], k, per_round);
+      if (p != rank_ && pn) std::memcpy(out + offset[p] + k * per_round, slot(p), pn);
     }
   }
 }
@@ -369,13 +378,14 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
     finish_reads();  // the root's buffer is free again once every reader is done
     return;
   }
-  const size_t rounds = ceil_div(bytes, chunk_);
+  const size_t per_round = move_piece(bytes);
+  const size_t rounds = ceil_div(bytes, per_round);
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
-    const size_t n = piece(bytes, k, chunk_);
-    if (rank_ == root) std::memcpy(slot(root), p + k * chunk_, n);
+    const size_t n = piece(bytes, k, per_round);
+    if (rank_ == root) std::memcpy(slot(root), p + k * per_round, n);
     step();
-    if (rank_ != root) std::memcpy(p + k * chunk_, slot(root), n);
+    if (rank_ != root) std::memcpy(p + k * per_round, slot(root), n);
   }
 }
 

@@ -79,6 +79,8 @@ class ShmTransport : public Transport {
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
+  // Bytes per round of a move (broadcast, allgather) whose largest contribution is `largest`.
+  size_t move_piece(size_t largest) const;
   // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly.
   bool single_copy(size_t bytes) const { return single_copy_bytes_ > 0 && bytes >= single_copy_bytes_; }
   // Publishes `address` (and `extra`) in this rank's mailbox; returns once every rank has.

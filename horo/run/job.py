@@ -27,6 +27,12 @@ _SIGNALLED = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\
 #     PRTE has lost communication with a remote daemon.
 #       Remote daemon: [prterun-vm-3543@0,3] on node h3
 _LOST_DAEMON = re.compile(r"Remote daemon:\s*\[.*\]\s+on\s+node\s+(\S+)")
+# ... or, when a surviving rank's MPI noticed first that a peer's connection closed
+# (a rank killed on another host, before the launcher reports the signal):
+#     An MPI communication peer process has unexpectedly disconnected. ...
+#       Peer host:  h3
+_PEER_DISCONNECTED = re.compile(r"peer process has unexpectedly disconnected")
+_PEER_HOST = re.compile(r"^\s*Peer host:\s*(\S+)")
 _SIGNAL_WINDOW = 4  # lines the message may wrap over
 
 
@@ -37,11 +43,15 @@ class RankFailure:
     signal: int = None
     host: str = None
     lost_host: bool = False  # the launcher lost its connection to `host`; rank is None
+    lost_peer: bool = False  # a rank's MPI lost its connection to a peer on `host`; rank is None
 
     def summary(self):
         if self.lost_host:
             return (f"horo-run: lost the connection to host {self.host} (off the network, or its launcher "
                     "daemon died); the job was ended")
+        if self.lost_peer:
+            return (f"horo-run: a rank on host {self.host} disconnected (it died, or its host went off the "
+                    "network); the job was ended")
         on = f" on host {self.host}" if self.host else ""
         if self.signal is not None:
             return f"horo-run: rank {self.rank} was killed by signal {self.signal}{on}"
@@ -54,6 +64,7 @@ class FailureParser:
     def __init__(self):
         self.failure = None
         self._pending_rank = None
+        self._peer_disconnected = False
         self._recent = collections.deque(maxlen=_SIGNAL_WINDOW)
         self._partial = b""
 
@@ -80,6 +91,13 @@ class FailureParser:
         m = _LOST_DAEMON.search(line)
         if m:
             self.failure = RankFailure(None, host=m.group(1), lost_host=True)
+            return
+        if _PEER_DISCONNECTED.search(line):
+            self._peer_disconnected = True
+            return
+        m = _PEER_HOST.search(line)
+        if m and self._peer_disconnected:
+            self.failure = RankFailure(None, host=m.group(1), lost_peer=True)
             return
         m = _PROCESS_NAME.search(line)
         if m:
