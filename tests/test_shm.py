@@ -30,7 +30,7 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_", [2, 3])
 def test_every_collective_reading_peers_buffers_directly_matches_numpy(ranks, np_):
-    # Every broadcast/allgather/alltoall/gather/scatter from 1 byte up takes the
+    # Every allgather/alltoall/gather/scatter from 1 byte up takes the
     # single-copy path (process_vm_readv) where the kernel allows it.
     ranks(np_, "ranks_shm.py", env=dict(SHM, HORO_SHM_SINGLE_COPY_BYTES="1"), timeout=LAUNCH_TIMEOUT,
           select="not exits")

@@ -34,7 +34,7 @@ const std::vector<TunableSpec>& tunable_specs() {
        "shared-memory allreduce at or below this size: one step, every rank reduces the whole buffer "
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "1048576",
-       "shared-memory broadcast, allgather, alltoall, gather and scatter from this size up: receivers read "
+       "shared-memory allgather, alltoall, gather and scatter from this size up: receivers read "
        "straight from the senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "

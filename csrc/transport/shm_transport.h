@@ -7,7 +7,7 @@
 // all-gather by copy, chunk by chunk so the data stays in cache (the shape
 // of DeepSpeed's CPU shm allreduce and Open MPI's coll/xhc). The control
 // plane runs through the same slots, so a steady-state cycle sends no MPI
-// message. Large moves (broadcast, allgather, alltoall, gather, scatter) skip
+// message. Large moves (allgather, alltoall, gather, scatter) skip
 // the segment where the kernel allows: receivers read the senders' buffers
 // directly (cross_memory.h), one copy instead of two. Point-to-point (the
 // ring) and split stay on the inner MPI transport.
@@ -79,7 +79,7 @@ class ShmTransport : public Transport {
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
-  // Bytes per round of a move (broadcast, allgather) whose largest contribution is `largest`.
+  // Bytes per round of a move (broadcast, allgather, gather) whose largest contribution is `largest`.
   size_t move_piece(size_t largest) const;
   // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly.
   bool single_copy(size_t bytes) const { return single_copy_bytes_ > 0 && bytes >= single_copy_bytes_; }
