@@ -33,6 +33,9 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SHM_SMALL_BYTES", "", "16384",
        "shared-memory allreduce at or below this size: one step, every rank reduces the whole buffer "
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
+      {"HORO_SPIN_MICROSECONDS", "", "auto",
+       "how long a wait for another rank or thread spins (a pause, then yielding the core) before it sleeps; "
+       "auto: 50 while a host runs no more ranks than cores, else 0"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "1048576",
        "shared-memory allgather, alltoall, gather and scatter from this size up: receivers read "
        "straight from the senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
@@ -156,6 +159,7 @@ Tunables Tunables::from_environment() {
   t.shm_small_bytes = static_cast<int64_t>(number("HORO_SHM_SMALL_BYTES"));
   if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
   t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
+  t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");
   t.hierarchical_min_bytes = static_cast<int64_t>(number("HORO_HIERARCHICAL_MIN_BYTES"));

@@ -47,10 +47,10 @@ struct Tunables {
   bool timeline_mark_cycles;
   std::string gpu_transport;  // nccl | mpi | auto
   double nccl_timeout_seconds;  // NCCL init or work in flight past this is aborted (<= 0: never)
-  // How long waiting threads spin (yielding) before they sleep; set at init:
-  // zero when this node runs more ranks than cores, where spinning steals
-  // the core the awaited thread needs.
-  int spin_microseconds = 0;
+  // How long waiting threads spin (yielding) before they sleep. -1 (auto) is
+  // settled at init: zero when this node runs more ranks than cores, where
+  // spinning steals the core the awaited thread needs.
+  int spin_microseconds = -1;
   // Set at init too: ranks, hosts and transport, for the timeline's label.
   std::string topology;
 

@@ -70,7 +70,9 @@ void init(int64_t fortran_comm) {
   MPI_Comm ours = mpi_attach(user, &g_info);
   set_log_context(g_info.rank, tunables.log_level);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
+  if (tunables.spin_microseconds < 0) {  // auto
+    tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 0;
+  }
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
                       std::to_string(g_info.local_size) + " local ranks (rank 0's host), transport " + g_transport;
