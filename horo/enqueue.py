@@ -3,7 +3,6 @@ buffers, describe them, enqueue, and remember what synchronize() returns."""
 import collections
 import contextlib
 import itertools
-import numbers
 import operator
 
 from horo import dtypes, process_sets
@@ -65,9 +64,13 @@ def checked_root(root_rank, name):
 
 
 def checked_scale(factor, which, name):
-    if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
-        raise TypeError(f"'{name}': {which} must be a real number, got {type(factor).__name__} ({factor!r})")
-    return float(factor)
+    # float() would take "2" (a str) quietly; a number of any kind (a 0-d tensor too) is fine.
+    if not isinstance(factor, (str, bytes)) and factor is not None:
+        try:
+            return float(factor)
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"'{name}': {which} must be a real number, got {type(factor).__name__} ({factor!r})")
 
 
 def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,

@@ -26,7 +26,7 @@ def _pickled(obj, name, collective, first_name, process_set):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns root_rank's `obj` on every rank."""
-    name = tensor_name(name, "broadcast", process_set) if name is not None else "broadcast_object"
+    name = tensor_name(name, "broadcast", process_set) if name not in (None, "") else "broadcast_object"
     root_rank = checked_root(root_rank, name)
     root = basics.rank() == root_rank
     payload = _pickled(obj, name, "broadcast", f"{name}.length", process_set) if root else None
@@ -39,7 +39,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj`, in rank order."""
-    name = tensor_name(name, "allgather", process_set) if name is not None else "allgather_object"
+    name = tensor_name(name, "allgather", process_set) if name not in (None, "") else "allgather_object"
     payload = _pickled(obj, name, "allgather", f"{name}.lengths", process_set)
     lengths = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.lengths", process_set=process_set)
     data = allgather(payload, name=f"{name}.data", process_set=process_set)
