@@ -19,14 +19,12 @@ _TOKEN = np.zeros(0, dtype=np.uint8)
 
 
 def _rank_list(ranks):
-    """Sorted ints; int() would quietly take "1" or 1.5, and a repeated rank is not a second member."""
+    """Sorted ints; int() would quietly take "1" or 1.5. (Ranks outside the world or named
+    twice are refused by add_process_set, on every rank, by the core.)"""
     try:
-        out = sorted(operator.index(r) for r in ranks)
+        return sorted(operator.index(r) for r in ranks)
     except TypeError:
         raise TypeError(f"ProcessSet: ranks must be a list of integer ranks, got {ranks!r}") from None
-    if len(set(out)) != len(out):
-        raise HoroValueError(f"ProcessSet: ranks {out} name a rank twice")
-    return out
 
 
 class ProcessSet:
