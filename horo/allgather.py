@@ -1,17 +1,21 @@
 """allgather: every rank's tensor concatenated along the first dimension,
 which may differ per rank (the other dimensions must match)."""
-from horo.enqueue import allocated, enqueue, refusing, tensor_name
+from horo.enqueue import allocated, enqueue, enqueue_group, refusing, tensor_name
 from horo.handles import synchronize, synchronize_all
 from horo.tensors import as_array
+
+
+def _enqueue(array, name, process_set):
+    if array.ndim == 0:
+        array = array.reshape(1)
+    return enqueue("allgather", name, array, None, allocated(array.dtype, array), process_set=process_set)
 
 
 def allgather_async(tensor, name=None, process_set=None):
     name = tensor_name(name, "allgather", process_set)
     with refusing("allgather", name, process_set):
         array = as_array(tensor, name)
-    if array.ndim == 0:
-        array = array.reshape(1)
-    return enqueue("allgather", name, array, None, allocated(array.dtype, array), process_set=process_set)
+    return _enqueue(array, name, process_set)
 
 
 def allgather(tensor, name=None, process_set=None):
@@ -19,8 +23,12 @@ def allgather(tensor, name=None, process_set=None):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
-    base = tensor_name(name, "grouped_allgather", process_set)
-    return [allgather_async(t, f"{base}.{i}", process_set) for i, t in enumerate(tensors)]
+    from horo.allreduce import group_names
+
+    names = group_names(tensors, name, "grouped_allgather", process_set)
+    with refusing("allgather", names, process_set):  # all checked before any is enqueued
+        arrays = [as_array(t, n) for t, n in zip(tensors, names)]
+    return enqueue_group(lambda a=a, n=n: _enqueue(a, n, process_set) for a, n in zip(arrays, names))
 
 
 def grouped_allgather(tensors, name=None, process_set=None):

@@ -2,7 +2,7 @@
 (anything with the buffer protocol or DLPack), with Horovod's signatures."""
 
 from horo import ops
-from horo.enqueue import enqueue, refusing, returning, tensor_name
+from horo.enqueue import enqueue, enqueue_group, refusing, returning, tensor_name
 from horo.handles import synchronize, synchronize_all
 from horo.tensors import as_array, empty_like
 
@@ -42,24 +42,40 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
-def _group_names(name, count, process_set):
-    base = tensor_name(name, "grouped_allreduce", process_set)
-    return [f"{base}.{i}" for i in range(count)]
+def tensor_list(tensors, collective):
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{collective}: tensors must be a list or tuple of tensors, got {type(tensors).__name__}")
+    return tensors
+
+
+def group_names(tensors, name, collective, process_set):
+    """One name per tensor of a grouped call, `<base>.<i>`; `tensors` must be a list or tuple."""
+    tensor_list(tensors, collective)
+    base = tensor_name(name, collective, process_set)
+    return [f"{base}.{i}" for i in range(len(tensors))]
+
+
+def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
+    # Every tensor is checked before any is enqueued: a bad one must not leave the
+    # others in flight (their names taken until a synchronize nobody will call).
+    names = group_names(tensors, name, "grouped_allreduce", process_set)
+    op = ops.resolve(op, average, names[0] if names else "grouped_allreduce")
+    with refusing("allreduce", names, process_set):
+        arrays = [as_array(t, n, in_place=in_place) for t, n in zip(tensors, names)]
+    return enqueue_group(
+        lambda a=a, n=n, t=t: _enqueue(a, a if in_place else empty_like(a), n, op, prescale_factor,
+                                       postscale_factor, process_set, result=t if in_place else None)
+        for a, n, t in zip(arrays, names, tensors)
+    )
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Starts one allreduce per tensor (enqueued together, so they fuse); returns their handles."""
-    return [
-        allreduce_async(t, average, n, op, prescale_factor, postscale_factor, process_set)
-        for t, n in zip(tensors, _group_names(name, len(tensors), process_set))
-    ]
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, False)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return [
-        allreduce_async_(t, average, n, op, prescale_factor, postscale_factor, process_set)
-        for t, n in zip(tensors, _group_names(name, len(tensors), process_set))
-    ]
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, True)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

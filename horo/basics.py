@@ -30,7 +30,10 @@ def init(comm=None, process_sets=None):
 
 def shutdown():
     """Stops the background thread. Pending collectives fail on every rank."""
+    from horo.process_sets import forget_all
+
     _core.shutdown()
+    forget_all()
 
 
 def is_initialized():

@@ -2,6 +2,7 @@
 buffers, describe them, enqueue, and remember what synchronize() returns."""
 import collections
 import itertools
+import operator
 
 from horo import dtypes, process_sets
 from horo._native import _core
@@ -18,8 +19,10 @@ def tensor_name(name, collective, process_set=None):
     # Unnamed tensors are numbered in call order, which every member of the
     # process set shares; one counter per set, since only members call it.
     if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"{collective}: name must be a str, got {type(name).__name__} ({name!r})")
         return name
-    set_id = 0 if process_set is None else process_set.process_set_id
+    set_id = 0 if process_set is None else getattr(process_set, "process_set_id", None)
     return f"{collective}.noname.{next(_unnamed[set_id])}" + (f".set{set_id}" if set_id else "")
 
 
@@ -38,6 +41,7 @@ def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postsca
 class refusing:
     """Argument checks of a named collective: when one fails on this rank, the other
     ranks hear of it (their namesakes fail too) instead of waiting for this rank forever.
+    `name` may be a list: a group refused as a whole (none of it was enqueued here).
     (A class, not @contextmanager: it wraps every call, and a generator costs microseconds.)"""
 
     __slots__ = ("collective", "name", "process_set")
@@ -51,10 +55,30 @@ class refusing:
     def __exit__(self, kind, e, _traceback):
         if e is None or not isinstance(e, Exception):
             return False
-        set_id = 0 if self.process_set is None else self.process_set.process_set_id
-        if set_id is not None and _core.is_initialized():
-            _core.reject(_CODES[self.collective], self.name, set_id, str(e))
+        set_id = 0 if self.process_set is None else getattr(self.process_set, "process_set_id", None)
+        if isinstance(set_id, int) and _core.is_initialized():
+            for one in [self.name] if isinstance(self.name, str) else self.name:
+                _core.reject(_CODES[self.collective], one, set_id, str(e))
         return False
+
+
+def checked_root(root_rank, name):
+    """root_rank as an int; a float, str or None is refused here, since int() would quietly
+    turn 1.9 or "0" into a root (a range check needs the set, so the coordinator makes it)."""
+    try:
+        return operator.index(root_rank)
+    except TypeError:
+        raise TypeError(f"'{name}': root_rank must be an int, got {type(root_rank).__name__} ({root_rank!r})") from None
+
+
+def checked_scale(factor, which, name):
+    # float() would take "2" (a str) quietly; a number of any kind (a 0-d tensor too) is fine.
+    if not isinstance(factor, (str, bytes)) and factor is not None:
+        try:
+            return float(factor)
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"'{name}': {which} must be a real number, got {type(factor).__name__} ({factor!r})")
 
 
 def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,
@@ -65,9 +89,33 @@ def submit(collective, name, input_address, output_address, dtype_code, shape, f
     GPU buffers: `device` (>= 0), the producer's `stream`, and `caller_stream()`, called at
     synchronize() for the stream that must wait for the results."""
     set_id = 0 if process_set is None else process_sets.resolve(process_set, name)[0]
+    if type(root) is not int or type(prescale) is not float or type(postscale) is not float:
+        with refusing(collective, name, process_set):  # the common case (defaults) skips the checks
+            root = checked_root(root, name)
+            prescale = checked_scale(prescale, "prescale_factor", name)
+            postscale = checked_scale(postscale, "postscale_factor", name)
     handle = _core.enqueue(_CODES[collective], name, input_address, output_address, dtype_code, shape, op,
-                           float(prescale), float(postscale), int(root), list(splits), set_id, device, stream)
+                           prescale, postscale, root, list(splits), set_id, device, stream)
     return track(handle, name, finish, keepalive, caller_stream)
+
+
+def enqueue_group(submits):
+    """Calls each of `submits` (which enqueue one tensor of a grouped call) in order. When one
+    raises, those already enqueued are awaited before the error goes up, so none is left in
+    flight with its name taken (nobody would synchronize it)."""
+    from horo.handles import synchronize_all
+
+    handles = []
+    for submit_one in submits:
+        try:
+            handles.append(submit_one())
+        except Exception:
+            try:
+                synchronize_all(handles)
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            raise
+    return handles
 
 
 def returning(value):

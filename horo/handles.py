@@ -12,8 +12,16 @@ def track(handle, name, finish, keepalive, caller_stream=None):
     return handle
 
 
+def _checked(handle, what):
+    # Before the core sees it: pybind11's own complaint lists C++ signatures, not the argument.
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"{what}: handle must be the int an *_async call returned, got {type(handle).__name__}")
+    return handle
+
+
 def poll(handle):
     """True once the collective behind `handle` has finished (successfully or not)."""
+    _checked(handle, "poll")
     if handle in _outstanding and not _core.is_initialized():
         return True
     return _core.poll(handle)
@@ -22,6 +30,7 @@ def poll(handle):
 def synchronize(handle):
     """Waits for `handle` and returns its output; raises horo.HorovodInternalError (a horo.HoroError
     and a RuntimeError) if it failed."""
+    _checked(handle, "synchronize")
     if handle in _outstanding and not _core.is_initialized():
         name = _outstanding.pop(handle)[0]
         raise HorovodInternalError(f"'{name}': horo was shut down while this collective was pending")

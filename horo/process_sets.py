@@ -7,6 +7,7 @@
 Roots (`root_rank=`) are global ranks and must belong to the set.
 """
 import itertools
+import operator
 
 import numpy as np
 
@@ -17,11 +18,20 @@ _adds = itertools.count()
 _TOKEN = np.zeros(0, dtype=np.uint8)
 
 
+def _rank_list(ranks):
+    """Sorted ints; int() would quietly take "1" or 1.5. (Ranks outside the world or named
+    twice are refused by add_process_set, on every rank, by the core.)"""
+    try:
+        return sorted(operator.index(r) for r in ranks)
+    except TypeError:
+        raise TypeError(f"ProcessSet: ranks must be a list of integer ranks, got {ranks!r}") from None
+
+
 class ProcessSet:
     """A fixed group of global ranks; `process_set_id` is set once every rank has added it."""
 
     def __init__(self, ranks):
-        self.ranks = sorted(int(r) for r in ranks)
+        self.ranks = _rank_list(ranks)
         self.process_set_id = None
 
     def size(self):
@@ -67,9 +77,16 @@ class _GlobalProcessSet(ProcessSet):
 global_process_set = _GlobalProcessSet()
 
 
+def _checked_set(process_set, what):
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"{what}: process_set must be a horo.ProcessSet (horo.add_process_set), "
+                        f"got {type(process_set).__name__} ({process_set!r})")
+    return process_set
+
+
 def resolve(process_set, tensor_name):
     """(set id, this rank's index in it, its size) or a ValueError naming the tensor."""
-    ps = global_process_set if process_set is None else process_set
+    ps = global_process_set if process_set is None else _checked_set(process_set, f"'{tensor_name}'")
     if ps.process_set_id is None:
         raise HoroValueError(f"'{tensor_name}': {ps!r} has not been added (horo.add_process_set) or was removed")
     me = basics.rank()
@@ -106,6 +123,7 @@ def remove_process_set(process_set):
     from horo.enqueue import enqueue
     from horo.handles import synchronize
 
+    _checked_set(process_set, "remove_process_set")
     if process_set.process_set_id in (None, 0):
         raise HoroValueError(f"{process_set!r} cannot be removed (not added, already removed, or the global set)")
     name = f"process_set.remove.{process_set.process_set_id}"
@@ -113,3 +131,11 @@ def remove_process_set(process_set):
                         root=process_set.process_set_id))
     _added.pop(process_set.process_set_id, None)
     process_set.process_set_id = None
+
+
+def forget_all():
+    """At shutdown: the engine's sets are gone, so every added one reads as removed
+    (a set kept across shutdown/init would otherwise name a set of the next engine)."""
+    for ps in _added.values():
+        ps.process_set_id = None
+    _added.clear()

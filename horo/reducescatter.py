@@ -2,7 +2,7 @@
 dimension (the first rows % size ranks get one row more, as in Horovod)."""
 
 from horo import ops, process_sets
-from horo.enqueue import enqueue, refusing, returning, tensor_name
+from horo.enqueue import enqueue, enqueue_group, refusing, returning, tensor_name
 from horo.handles import synchronize, synchronize_all
 from horo.tensors import as_array, empty
 
@@ -12,6 +12,10 @@ def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postsca
     op = ops.resolve(op, None, name)
     with refusing("reducescatter", name, process_set):
         array = as_array(tensor, name)
+    return _enqueue(array, op, name, prescale_factor, postscale_factor, process_set)
+
+
+def _enqueue(array, op, name, prescale_factor, postscale_factor, process_set):
     _, me, n = process_sets.resolve(process_set, name)
     if array.ndim == 0:
         output = empty((0,), array.dtype, like=array)  # never written: the coordinator refuses 0-d on every rank
@@ -28,11 +32,14 @@ def reducescatter(tensor, op=None, name=None, prescale_factor=1.0, postscale_fac
 
 def grouped_reducescatter_async(tensors, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
                                 process_set=None):
-    base = tensor_name(name, "grouped_reducescatter", process_set)
-    return [
-        reducescatter_async(t, op, f"{base}.{i}", prescale_factor, postscale_factor, process_set)
-        for i, t in enumerate(tensors)
-    ]
+    from horo.allreduce import group_names
+
+    names = group_names(tensors, name, "grouped_reducescatter", process_set)
+    op = ops.resolve(op, None, names[0] if names else "grouped_reducescatter")
+    with refusing("reducescatter", names, process_set):  # all checked before any is enqueued
+        arrays = [as_array(t, n) for t, n in zip(tensors, names)]
+    return enqueue_group(lambda a=a, n=n: _enqueue(a, op, n, prescale_factor, postscale_factor, process_set)
+                         for a, n in zip(arrays, names))
 
 
 def grouped_reducescatter(tensors, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

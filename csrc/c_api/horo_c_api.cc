@@ -1,6 +1,7 @@
 // The C interface (horo_c_api.h) over the engine: what framework op libraries
 // call from their kernels. Nothing here may throw across the C boundary.
 #include "horo_c_api.h"
+#include "common/copy_bytes.h"
 
 #include <cstring>
 #include <string>
@@ -15,7 +16,7 @@ namespace {
 void copy_message(const std::string& message, char* out, size_t out_len) {
   if (out == nullptr || out_len == 0) return;
   const size_t n = std::min(message.size(), out_len - 1);
-  std::memcpy(out, message.data(), n);
+  copy_bytes(out, message.data(), n);
   out[n] = '\0';
 }
 

@@ -1,4 +1,5 @@
 #include "collectives/ring.h"
+#include "common/copy_bytes.h"
 
 #include <algorithm>
 #include <cstring>
@@ -43,7 +44,7 @@ void Ring::reduce_scatter(Transport& t, const RingLayout& layout, const void* in
 void Ring::allgather(Transport& t, const RingLayout& layout, const void* mine, void* output, DataType dtype) {
   char* out = static_cast<char*>(output);
   char* my_segment = out + layout.offset[t.rank()] * dtype_size(dtype);
-  if (mine != my_segment) std::memcpy(my_segment, mine, layout.count[t.rank()] * dtype_size(dtype));
+  if (mine != my_segment) copy_bytes(my_segment, mine, layout.count[t.rank()] * dtype_size(dtype));
   run(t, kAllGather, layout, my_segment, out, out, dtype, ReduceOp::kSum);
 }
 
@@ -52,7 +53,7 @@ void Ring::run(Transport& t, int phases, const RingLayout& layout, const char* f
   const int n = t.size(), r = t.rank();
   const size_t esize = dtype_size(dtype);
   if (n == 1) {
-    if (input != output && (phases & kReduceScatter)) std::memcpy(output, input, layout.total() * esize);
+    if (input != output && (phases & kReduceScatter)) copy_bytes(output, input, layout.total() * esize);
     scale_buffer(dtype, output, layout.total(), scale);
     return;
   }

@@ -1,4 +1,5 @@
 #include "engine/executor.h"
+#include "common/copy_bytes.h"
 
 #include <cstring>
 
@@ -174,7 +175,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     size_t cursor = layout.offset[me];
     for (auto& e : entries) {
       const size_t count = elements(e.request.shape);
-      std::memcpy(buf + cursor * esize, e.input, count * esize);
+      copy_bytes(buf + cursor * esize, e.input, count * esize);
       cursor += count;
     }
     mine = buf + layout.offset[me] * esize;
@@ -202,7 +203,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     size_t cursor = layout.offset[r];
     for (size_t k = 0; k < entries.size(); ++k) {
       const size_t count = static_cast<size_t>(group[k].per_rank[r]) * row_elements(entries[k].request.shape);
-      std::memcpy(entries[k].allocated->bytes.data() + written[k] * esize, buf + cursor * esize, count * esize);
+      copy_bytes(entries[k].allocated->bytes.data() + written[k] * esize, buf + cursor * esize, count * esize);
       written[k] += count;
       cursor += count;
     }
@@ -217,7 +218,7 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
   if (entries.size() == 1) {
     TensorEntry& e = entries.front();
     const size_t bytes = elements(e.request.shape) * esize;
-    if (root && e.output != e.input) std::memcpy(e.output, e.input, bytes);
+    if (root && e.output != e.input) copy_bytes(e.output, e.input, bytes);
     const int64_t t = timeline_.activity_start();
     transport_.broadcast(e.output, bytes, spec.root);
     timeline_.activity(native("MPI_BCAST", "SHM_BCAST"), t);
@@ -230,7 +231,7 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
   size_t offset = 0;
   for (const auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
-    if (root) std::memcpy(buf + offset, e.input, bytes);
+    if (root) copy_bytes(buf + offset, e.input, bytes);
     offset += bytes;
   }
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
@@ -241,7 +242,7 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
   offset = 0;
   for (auto& e : entries) {
     const size_t bytes = elements(e.request.shape) * esize;
-    std::memcpy(e.output, buf + offset, bytes);
+    copy_bytes(e.output, buf + offset, bytes);
     offset += bytes;
   }
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);

@@ -1,4 +1,5 @@
 #include "reduce/reduce_kernels.h"
+#include "common/copy_bytes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -144,7 +145,7 @@ void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void
 
 void copy_scaled(DataType dtype, void* dst, const void* src, size_t count, double factor) {
   if (factor == 1.0) {
-    if (dst != src) std::memcpy(dst, src, count * dtype_size(dtype));
+    if (dst != src) copy_bytes(dst, src, count * dtype_size(dtype));
     return;
   }
   switch (dtype) {

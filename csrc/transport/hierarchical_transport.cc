@@ -1,4 +1,5 @@
 #include "transport/hierarchical_transport.h"
+#include "common/copy_bytes.h"
 
 #include <cstring>
 
@@ -95,7 +96,7 @@ void HierarchicalTransport::native_allgatherv(const void* mine, void* output, co
     std::vector<int> peers(hosts);
     for (int h = 0; h < hosts; ++h) peers[cross_of_[rank_at(h, k)]] = rank_at(h, k);
     for (int g : peers) {
-      std::memcpy(static_cast<char*>(output) + offset[g], from, byte_counts[g]);
+      copy_bytes(static_cast<char*>(output) + offset[g], from, byte_counts[g]);
       from += byte_counts[g];
     }
   }

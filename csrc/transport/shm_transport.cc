@@ -6,9 +6,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/copy_bytes.h"
 #include "common/error.h"
-#include "transport/cross_memory.h"
 #include "reduce/reduce_kernels.h"
+#include "transport/cross_memory.h"
 #include "transport/peer_watch.h"
 
 namespace horo {
@@ -165,10 +166,10 @@ bool ShmTransport::native_allreduce(const void* input, void* output, size_t coun
     // One step instead of two: every rank reduces the whole (small) buffer
     // from every slot, in rank order, so all ranks hold identical bits.
     begin_round();
-    std::memcpy(slot(rank_), in, count * esize);
+    copy_bytes(slot(rank_), in, count * esize);
     step();
     if (size_ == 1) {
-      std::memcpy(out, slot(0), count * esize);
+      copy_bytes(out, slot(0), count * esize);
     } else {
       reduce_to(dtype, op, out, slot(0), slot(1), count);
       for (int p = 2; p < size_; ++p) reduce_into(dtype, op, out, slot(p), count);
@@ -181,7 +182,7 @@ bool ShmTransport::native_allreduce(const void* input, void* output, size_t coun
   for (size_t done = 0; done < count; done += per_round) {
     const size_t m = std::min(per_round, count - done);
     begin_round();
-    std::memcpy(slot(rank_), in + done * esize, m * esize);
+    copy_bytes(slot(rank_), in + done * esize, m * esize);
     step();
     const size_t slice = ceil_div(ceil_div(m, size_), align) * align;
     const size_t lo = std::min(m, rank_ * slice), hi = std::min(m, lo + slice);
@@ -195,7 +196,7 @@ bool ShmTransport::native_allreduce(const void* input, void* output, size_t coun
     // All-gather by copy: each slice from the rank that reduced it.
     for (int p = 0; p < size_; ++p) {
       const size_t plo = std::min(m, p * slice), phi = std::min(m, plo + slice);
-      if (phi > plo) std::memcpy(out + (done + plo) * esize, slot(p) + plo * esize, (phi - plo) * esize);
+      if (phi > plo) copy_bytes(out + (done + plo) * esize, slot(p) + plo * esize, (phi - plo) * esize);
     }
   }
   return true;
@@ -222,7 +223,7 @@ bool ShmTransport::native_reduce_scatter(const void* input, void* output, const 
     begin_round();
     for (int r = 0; r < size_; ++r) {
       const size_t n = piece(counts[r], k, per_peer);
-      if (n) std::memcpy(slot(rank_) + r * per_peer * esize, in + (offset[r] + k * per_peer) * esize, n * esize);
+      if (n) copy_bytes(slot(rank_) + r * per_peer * esize, in + (offset[r] + k * per_peer) * esize, n * esize);
     }
     step();
     const size_t n = piece(counts[rank_], k, per_peer);
@@ -230,7 +231,7 @@ bool ShmTransport::native_reduce_scatter(const void* input, void* output, const 
     char* dst = out + k * per_peer * esize;
     const size_t at = rank_ * per_peer * esize;
     if (size_ == 1) {
-      std::memcpy(dst, slot(0) + at, n * esize);
+      copy_bytes(dst, slot(0) + at, n * esize);
       continue;
     }
     reduce_to(dtype, op, dst, slot(0) + at, slot(1) + at, n);
@@ -243,7 +244,7 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
   const std::vector<size_t> offset = prefix_offsets(byte_counts);
   char* out = static_cast<char*>(output);
   const char* my = static_cast<const char*>(mine);
-  if (my != out + offset[rank_] && byte_counts[rank_]) std::memcpy(out + offset[rank_], my, byte_counts[rank_]);
+  if (my != out + offset[rank_] && byte_counts[rank_]) copy_bytes(out + offset[rank_], my, byte_counts[rank_]);
   if (single_copy(offset.back() + byte_counts.back())) {
     publish_addresses(my);
     for (int i = 1; i < size_; ++i) {  // starting at the next rank: readers spread over the owners
@@ -259,11 +260,11 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     const size_t n = piece(byte_counts[rank_], k, per_round);
-    if (n) std::memcpy(slot(rank_), my + k * per_round, n);
+    if (n) copy_bytes(slot(rank_), my + k * per_round, n);
     step();
     for (int p = 0; p < size_; ++p) {
       const size_t pn = piece(byte_counts[p], k, per_round);
-      if (p != rank_ && pn) std::memcpy(out + offset[p] + k * per_round, slot(p), pn);
+      if (p != rank_ && pn) copy_bytes(out + offset[p] + k * per_round, slot(p), pn);
     }
   }
 }
@@ -272,7 +273,7 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   const std::vector<size_t> offset = prefix_offsets(byte_counts);
   char* out = static_cast<char*>(output);
   const char* my = static_cast<const char*>(mine);
-  if (rank_ == root && byte_counts[root]) std::memcpy(out + offset[root], my, byte_counts[root]);
+  if (rank_ == root && byte_counts[root]) copy_bytes(out + offset[root], my, byte_counts[root]);
   if (single_copy(offset.back() + byte_counts.back())) {
     publish_addresses(my);
     for (int p = 0; p < size_ && rank_ == root; ++p) {
@@ -287,12 +288,12 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     const size_t n = piece(byte_counts[rank_], k, per_round);
-    if (rank_ != root && n) std::memcpy(slot(rank_), my + k * per_round, n);
+    if (rank_ != root && n) copy_bytes(slot(rank_), my + k * per_round, n);
     step();
     if (rank_ != root) continue;
     for (int p = 0; p < size_; ++p) {
       const size_t pn = piece(byte_counts[p], k, per_round);
-      if (p != root && pn) std::memcpy(out + offset[p] + k * per_round, slot(p), pn);
+      if (p != root && pn) copy_bytes(out + offset[p] + k * per_round, slot(p), pn);
     }
   }
 }
@@ -301,7 +302,7 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
   const std::vector<size_t> offset = prefix_offsets(byte_counts);
   const char* in = static_cast<const char*>(input);
   char* my = static_cast<char*>(mine);
-  if (rank_ == root && byte_counts[root]) std::memcpy(my, in + offset[root], byte_counts[root]);
+  if (rank_ == root && byte_counts[root]) copy_bytes(my, in + offset[root], byte_counts[root]);
   if (single_copy(offset.back() + byte_counts.back())) {
     publish_addresses(in);
     if (rank_ != root) read_from(root, mail(root)[0] + offset[rank_], my, byte_counts[rank_]);
@@ -315,12 +316,12 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
         const size_t n = piece(byte_counts[r], k, per_peer);
-        if (r != root && n) std::memcpy(slot(root) + r * per_peer, in + offset[r] + k * per_peer, n);
+        if (r != root && n) copy_bytes(slot(root) + r * per_peer, in + offset[r] + k * per_peer, n);
       }
     }
     step();
     const size_t n = piece(byte_counts[rank_], k, per_peer);
-    if (rank_ != root && n) std::memcpy(my + k * per_peer, slot(root) + rank_ * per_peer, n);
+    if (rank_ != root && n) copy_bytes(my + k * per_peer, slot(root) + rank_ * per_peer, n);
   }
 }
 
@@ -329,7 +330,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   const std::vector<size_t> send_at = prefix_offsets(send_bytes), recv_at = prefix_offsets(recv_bytes);
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output);
-  if (send_bytes[rank_]) std::memcpy(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
+  if (send_bytes[rank_]) copy_bytes(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
   const size_t per_peer = round_down(chunk_ / size_, kLine);
   // Only the senders know the sizes of all pairs: round 0 tells everyone how many rounds there are.
   size_t my_rounds = 0;
@@ -347,7 +348,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
     }
     for (int r = 0; r < size_; ++r) {
       const size_t n = piece(send_bytes[r], k, per_peer);
-      if (r != rank_ && n) std::memcpy(slot(rank_) + r * per_peer, in + send_at[r] + k * per_peer, n);
+      if (r != rank_ && n) copy_bytes(slot(rank_) + r * per_peer, in + send_at[r] + k * per_peer, n);
     }
     step();
     if (k == 0) {
@@ -367,7 +368,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
     }
     for (int p = 0; p < size_; ++p) {
       const size_t n = piece(recv_bytes[p], k, per_peer);
-      if (p != rank_ && n) std::memcpy(out + recv_at[p] + k * per_peer, slot(p) + rank_ * per_peer, n);
+      if (p != rank_ && n) copy_bytes(out + recv_at[p] + k * per_peer, slot(p) + rank_ * per_peer, n);
     }
   }
 }
@@ -382,9 +383,9 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     const size_t n = piece(bytes, k, per_round);
-    if (rank_ == root) std::memcpy(slot(root), p + k * per_round, n);
+    if (rank_ == root) copy_bytes(slot(root), p + k * per_round, n);
     step();
-    if (rank_ != root) std::memcpy(p + k * per_round, slot(root), n);
+    if (rank_ != root) copy_bytes(p + k * per_round, slot(root), n);
   }
 }
 
@@ -393,7 +394,7 @@ void ShmTransport::allreduce_bitand(std::vector<uint64_t>& words) {
   for (size_t done = 0; done < words.size(); done += per_round) {
     const size_t n = std::min(per_round, words.size() - done);
     begin_round();
-    std::memcpy(slot(rank_), words.data() + done, n * sizeof(uint64_t));
+    copy_bytes(slot(rank_), words.data() + done, n * sizeof(uint64_t));
     step();
     for (int p = 0; p < size_; ++p) {
       const uint64_t* theirs = reinterpret_cast<const uint64_t*>(slot(p));
@@ -410,7 +411,7 @@ std::vector<std::string> ShmTransport::gather_bytes(const std::string& mine, int
     begin_round();
     if (k == 0) mail(rank_)[0] = mine.size();
     const size_t n = piece(mine.size(), k, chunk_);
-    if (rank_ != root && n) std::memcpy(slot(rank_), mine.data() + k * chunk_, n);
+    if (rank_ != root && n) copy_bytes(slot(rank_), mine.data() + k * chunk_, n);
     step();
     if (k == 0) {
       // Lengths travel in round 0's mailboxes, so everyone knows how many rounds follow.
@@ -426,7 +427,7 @@ std::vector<std::string> ShmTransport::gather_bytes(const std::string& mine, int
     if (rank_ != root) continue;
     for (int p = 0; p < size_; ++p) {
       const size_t pn = piece(lengths[p], k, chunk_);
-      if (p != root && pn) std::memcpy(&out[p][k * chunk_], slot(p), pn);
+      if (p != root && pn) copy_bytes(&out[p][k * chunk_], slot(p), pn);
     }
   }
   return out;
@@ -440,7 +441,7 @@ void ShmTransport::broadcast_bytes(std::string& data, int root) {
     const size_t n = piece(length, k, chunk_);
     if (rank_ == root) {
       if (k == 0) mail(root)[0] = length;
-      if (n) std::memcpy(slot(root), data.data() + k * chunk_, n);
+      if (n) copy_bytes(slot(root), data.data() + k * chunk_, n);
     }
     step();
     if (k == 0) {
@@ -449,7 +450,7 @@ void ShmTransport::broadcast_bytes(std::string& data, int root) {
       if (rank_ != root) data.resize(length);
     }
     const size_t got = piece(length, k, chunk_);
-    if (rank_ != root && got) std::memcpy(&data[k * chunk_], slot(root), got);
+    if (rank_ != root && got) copy_bytes(&data[k * chunk_], slot(root), got);
   }
 }
 

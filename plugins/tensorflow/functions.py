@@ -3,6 +3,7 @@ Python objects between ranks (broadcast_object, allgather_object)."""
 import tensorflow as tf
 
 import horo
+from horo.enqueue import refusing
 from horo.process_sets import global_process_set
 
 from horo.tensorflow import core_ops
@@ -14,14 +15,17 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
 
     One fused broadcast for all of them; eagerly it happens now, in a tf.function
     it returns the op that assigns them."""
+    if isinstance(variables, (str, bytes)) or not hasattr(variables, "__iter__"):
+        raise TypeError(f"broadcast_variables: variables must be a list of variables, got {type(variables).__name__}")
     variables = list(variables)
     if not variables:
         return None if tf.executing_eagerly() else tf.no_op()
-    values = [as_tensor(v) for v in variables]
+    values = [as_tensor(v, "broadcast_variables") for v in variables]
     base = collective_name(name, "broadcast_variables", None, process_set)
     names = [f"{base}.{variable_label(v, i)}" for i, v in enumerate(variables)]
-    for value, n in zip(values, names):
-        check_dtype(value, n)
+    with refusing("broadcast", names, process_set):
+        for value, n in zip(values, names):
+            check_dtype(value, n)
     received = core_ops.broadcast_group(values, names, root_rank, process_set)
     assigns = [v.assign(r) for v, r in zip(variables, received)]
     return None if tf.executing_eagerly() else tf.group(*assigns)

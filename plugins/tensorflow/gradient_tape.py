@@ -96,6 +96,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     """Wraps `gradtape` (a tf.GradientTape, recorded or not yet): its gradient() allreduces the
     gradients across the ranks of `process_set` (Average by default), in one fused group unless
     `num_groups` / `groups` (lists of variables) split them."""
+    if not isinstance(gradtape, tf.GradientTape):
+        raise TypeError(f"DistributedGradientTape: gradtape must be a tf.GradientTape, got {type(gradtape).__name__}")
     cls = type(gradtape.__class__.__name__, (_DistributedGradientTape, gradtape.__class__), {})
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)  # shares the recorded operations

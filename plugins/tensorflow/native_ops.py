@@ -6,6 +6,7 @@ kernel for every unnamed call)."""
 import tensorflow as tf
 
 from horo import process_sets as _process_sets
+from horo.enqueue import checked_root, checked_scale
 
 
 def _set_id(process_set, name):
@@ -25,8 +26,9 @@ class NativeOps:
         """All submitted by one kernel before any completes, so the core can fuse them."""
         tensors = list(tensors)
         set_id = _set_id(process_set, names[0] if names else "allreduce")
-        args = dict(reduce_op=int(op), prescale_factor=float(prescale_factor),
-                    postscale_factor=float(postscale_factor), process_set_id=set_id)
+        args = dict(reduce_op=int(op), prescale_factor=checked_scale(prescale_factor, "prescale_factor", names[0]),
+                    postscale_factor=checked_scale(postscale_factor, "postscale_factor", names[0]),
+                    process_set_id=set_id)
         if len(tensors) == 1:
             return [self.lib.horo_allreduce(tensors[0], names[0], **args)]
         return list(self.lib.horo_grouped_allreduce(tensors, list(names), **args))
@@ -38,7 +40,8 @@ class NativeOps:
     def broadcast_group(self, tensors, names, root_rank, process_set):
         tensors = list(tensors)
         set_id = _set_id(process_set, names[0] if names else "broadcast")
-        return list(self.lib.horo_broadcast(tensors, list(names), root_rank=int(root_rank), process_set_id=set_id))
+        root_rank = checked_root(root_rank, names[0] if names else "broadcast")
+        return list(self.lib.horo_broadcast(tensors, list(names), root_rank=root_rank, process_set_id=set_id))
 
     def alltoall(self, tensor, splits, name, process_set):
         """(received rows, int32 rows received from each rank); `splits` None means even splits."""
@@ -54,8 +57,10 @@ class NativeOps:
         set_id, me, count = _process_sets.resolve(process_set, names[0] if names else "reducescatter")
         tensors = [_at_least_1d(t) for t in tensors]
         return list(self.lib.horo_reducescatter(tensors, list(names), reduce_op=int(op),
-                                                prescale_factor=float(prescale_factor),
-                                                postscale_factor=float(postscale_factor), set_rank=me,
+                                                prescale_factor=checked_scale(prescale_factor, "prescale_factor",
+                                                                              names[0]),
+                                                postscale_factor=checked_scale(postscale_factor, "postscale_factor",
+                                                                               names[0]), set_rank=me,
                                                 set_size=count, process_set_id=set_id))
 
     def join(self):

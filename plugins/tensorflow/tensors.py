@@ -19,11 +19,15 @@ SUPPORTED = (tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfl
 _SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED)
 
 
-def as_tensor(value):
+def as_tensor(value, what="tensor"):
     """A tf.Tensor for a Tensor, Variable (its current value), Keras variable, array or list."""
     if isinstance(value, tf.Tensor):
         return value
-    return tf.convert_to_tensor(value)
+    try:
+        return tf.convert_to_tensor(value)
+    except (TypeError, ValueError) as e:  # TF's own message names neither the argument nor horo
+        raise TypeError(f"{what}: expected a tf.Tensor, tf.Variable or array, got {type(value).__name__} "
+                        f"({str(e).splitlines()[0][:200]})") from None
 
 
 def check_dtype(tensor, name):
@@ -54,6 +58,8 @@ def collective_name(name, collective, tensor=None, process_set=None):
     same program, even when ranks trace at different times.
     """
     if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"{collective}: name must be a str, got {type(name).__name__} ({name!r})")
         return name
     if tf.executing_eagerly():
         return tensor_name(None, collective, process_set)

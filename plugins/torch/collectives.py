@@ -13,7 +13,8 @@ import torch
 
 from horo import ops, process_sets
 from horo.alltoall import split_counts
-from horo.enqueue import returning
+from horo.allreduce import group_names, tensor_list
+from horo.enqueue import enqueue_group, refusing, returning
 from horo.errors import HoroValueError
 from horo.process_sets import global_process_set
 from horo.torch import autograd
@@ -27,9 +28,19 @@ def _differentiable(tensors):
     return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
 
 
-def _group_names(name, collective, count, process_set):
-    base = tensor_name(name, collective, process_set)
-    return [f"{base}.{i}" for i in range(count)]
+def _group_names(name, collective, tensors, process_set):
+    return group_names(tensors, name, collective, process_set)
+
+
+def _checked(tensor, name, collective, process_set, in_place=False):
+    # A refusal here reaches the other ranks (their namesakes fail), so none waits for this one.
+    with refusing(collective, name, process_set):
+        return checked(tensor, name, in_place)
+
+
+def _checked_group(tensors, names, collective, process_set, in_place=False):
+    with refusing(collective, names, process_set):  # all checked before any is enqueued
+        return [checked(t, n, in_place) for t, n in zip(tensors, names)]
 
 
 # --- allreduce ----------------------------------------------------------------------------------
@@ -46,7 +57,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Starts an out-of-place allreduce (Average by default); returns a handle."""
     name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
-    return _allreduce_checked(checked(tensor, name), name, op, prescale_factor, postscale_factor, process_set, False)
+    t = _checked(tensor, name, "allreduce", process_set)
+    return _allreduce_checked(t, name, op, prescale_factor, postscale_factor, process_set, False)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -54,7 +66,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Starts an in-place allreduce of `tensor`; returns a handle (synchronize() returns `tensor`)."""
     name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
-    t = checked(tensor, name, in_place=True)
+    t = _checked(tensor, name, "allreduce", process_set, in_place=True)
     return _allreduce_checked(t, name, op, prescale_factor, postscale_factor, process_set, True, tensor)
 
 
@@ -79,13 +91,14 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 
 def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
-    names = _group_names(name, "grouped_allreduce", len(tensors), process_set)
+    names = _group_names(name, "grouped_allreduce", tensors, process_set)
     op = ops.resolve(op, average, names[0] if names else "grouped_allreduce")
-    ts = [checked(t, n, in_place) for t, n in zip(tensors, names)]
-    return GroupHandle(
-        _allreduce_checked(t, n, op, prescale_factor, postscale_factor, process_set, in_place, tensor if in_place else None)
+    ts = _checked_group(tensors, names, "allreduce", process_set, in_place)
+    return GroupHandle(enqueue_group(
+        lambda t=t, n=n, tensor=tensor: _allreduce_checked(t, n, op, prescale_factor, postscale_factor, process_set,
+                                                           in_place, tensor if in_place else None)
         for t, n, tensor in zip(ts, names, tensors)
-    )
+    ))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -102,9 +115,10 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
     """Allreduces each tensor (fused); returns the list of results; differentiable."""
+    tensor_list(tensors, "grouped_allreduce")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
     if _differentiable(compressed):
-        names = _group_names(name, "grouped_allreduce", len(compressed), process_set)
+        names = _group_names(name, "grouped_allreduce", compressed, process_set)
         op = ops.resolve(op, average, names[0])
         reduced = autograd.GroupedAllreduce.apply(names, op, prescale_factor, postscale_factor, process_set,
                                                   *compressed)
@@ -134,7 +148,7 @@ def _allgather_checked(t, name, process_set):
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather (first dimensions may differ per rank); returns a handle."""
     name = tensor_name(name, "allgather", process_set)
-    return _allgather_checked(checked(tensor, name), name, process_set)
+    return _allgather_checked(_checked(tensor, name, "allgather", process_set), name, process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -145,15 +159,16 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    names = _group_names(name, "grouped_allgather", len(tensors), process_set)
-    ts = [checked(t, n) for t, n in zip(tensors, names)]
-    return GroupHandle(_allgather_checked(t, n, process_set) for t, n in zip(ts, names))
+    names = _group_names(name, "grouped_allgather", tensors, process_set)
+    ts = _checked_group(tensors, names, "allgather", process_set)
+    return GroupHandle(enqueue_group(lambda t=t, n=n: _allgather_checked(t, n, process_set)
+                                     for t, n in zip(ts, names)))
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers each tensor (fused); returns the list of results; differentiable."""
-    if _differentiable(tensors):
-        names = _group_names(name, "grouped_allgather", len(tensors), process_set)
+    if _differentiable(tensor_list(tensors, "grouped_allgather")):
+        names = _group_names(name, "grouped_allgather", tensors, process_set)
         return list(autograd.GroupedAllgather.apply(names, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
@@ -164,7 +179,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts an out-of-place broadcast from `root_rank` (a global rank); returns a handle."""
     name = tensor_name(name, "broadcast", process_set)
-    t = checked(tensor, name)
+    t = _checked(tensor, name, "broadcast", process_set)
     output = empty_like(t)
     return enqueue("broadcast", name, t, output, returning(output), root=root_rank, process_set=process_set)
 
@@ -172,7 +187,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts an in-place broadcast into `tensor`; returns a handle (synchronize() returns `tensor`)."""
     name = tensor_name(name, "broadcast", process_set)
-    t = checked(tensor, name, in_place=True)
+    t = _checked(tensor, name, "broadcast", process_set, in_place=True)
     return enqueue("broadcast", name, t, t, returning(tensor), root=root_rank, process_set=process_set)
 
 
@@ -212,7 +227,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize() returns (output, received_splits) as in Horovod."""
     name = tensor_name(name, "alltoall", process_set)
-    t = checked(tensor, name)
+    t = _checked(tensor, name, "alltoall", process_set)
     if t.dim() == 0:
         t = t.reshape(1)
     n = process_sets.resolve(process_set, name)[2]
@@ -261,7 +276,8 @@ def reducescatter_async(tensor, name=None, op=ops.Average, process_set=global_pr
     """Starts a reduce-scatter: rank r gets its share of the reduced first dimension; returns a handle."""
     name = tensor_name(name, "reducescatter", process_set)
     op = ops.resolve(op, None, name)
-    return _reducescatter_checked(checked(tensor, name), name, op, process_set, prescale_factor, postscale_factor)
+    t = _checked(tensor, name, "reducescatter", process_set)
+    return _reducescatter_checked(t, name, op, process_set, prescale_factor, postscale_factor)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=ops.Average, process_set=global_process_set,
@@ -279,20 +295,22 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=ops.Averag
 
 def grouped_reducescatter_async(tensors, name=None, op=ops.Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    names = _group_names(name, "grouped_reducescatter", len(tensors), process_set)
+    names = _group_names(name, "grouped_reducescatter", tensors, process_set)
     op = ops.resolve(op, None, names[0] if names else "grouped_reducescatter")
-    ts = [checked(t, n) for t, n in zip(tensors, names)]
-    return GroupHandle(
-        _reducescatter_checked(t, n, op, process_set, prescale_factor, postscale_factor) for t, n in zip(ts, names)
-    )
+    ts = _checked_group(tensors, names, "reducescatter", process_set)
+    return GroupHandle(enqueue_group(
+        lambda t=t, n=n: _reducescatter_checked(t, n, op, process_set, prescale_factor, postscale_factor)
+        for t, n in zip(ts, names)
+    ))
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=ops.Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduce-scatters each tensor (fused); returns the list of shares; differentiable."""
+    tensor_list(tensors, "grouped_reducescatter")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
     if _differentiable(compressed):
-        names = _group_names(name, "grouped_reducescatter", len(compressed), process_set)
+        names = _group_names(name, "grouped_reducescatter", compressed, process_set)
         op = ops.resolve(op, None, names[0])
         outs = autograd.GroupedReducescatter.apply(names, op, process_set, prescale_factor, postscale_factor,
                                                    *compressed)

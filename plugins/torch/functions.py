@@ -62,6 +62,9 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=global_process
     e.g. Adam's before its first step, needs no dummy step) and the tensors are
     broadcast in place. Parameters are matched by their position in param_groups.
     """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"broadcast_optimizer_state: optimizer must be a torch.optim.Optimizer, "
+                        f"got {type(optimizer).__name__}")
     params = [p for group in optimizer.param_groups for p in group["params"]]
     layout = [len(group["params"]) for group in optimizer.param_groups]
     skeleton = None
