@@ -211,7 +211,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("the optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"DistributedOptimizer: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise TypeError("DistributedOptimizer: optimizer must be a torch.optim.Optimizer, "
+                        f"got {type(optimizer).__name__}")
     op = ops.resolve(op, None, "DistributedOptimizer")
     if op != ops.Average and gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor is only supported with op=Average")

@@ -228,7 +228,8 @@ def tensor_cases(api, fn):
         row("zero_d", lambda c: api.tensor(zero_d_inputs[RANK]), lambda n: raises(HoroError, tn(n)))
     inputs = [data(r) for r in range(SIZE)]
     if "in_place" in fn.kinds or not api.copies_non_contiguous:
-        row("non_contiguous", lambda c: api.non_contiguous(data(RANK)), lambda n: raises(ValueError, tn(n), "contiguous"))
+        row("non_contiguous", lambda c: api.non_contiguous(data(RANK)),
+            lambda n: raises(ValueError, tn(n), "contiguous"))
     else:
         row("non_contiguous", lambda c: api.non_contiguous(data(RANK)),
             lambda n: lambda ctx: Returns(fn.check(ctx, inputs)))
@@ -255,7 +256,8 @@ def tensor_cases(api, fn):
     if "splits" in fn.kinds:
         row("splits_do_not_sum", good, lambda n: raises(HoroError, tn(n), "split"), splits=[1] * SIZE)
         row("splits_too_few", good, lambda n: raises(HoroError, tn(n), "split"), splits=[2 * SIZE])
-        row("splits_negative", good, lambda n: raises(HoroError, tn(n), "split"), splits=[-1, 2 * SIZE + 1] + [0] * (SIZE - 2))
+        row("splits_negative", good, lambda n: raises(HoroError, tn(n), "split"),
+            splits=[-1, 2 * SIZE + 1] + [0] * (SIZE - 2))
         row("splits_float", good, lambda n: raises(ValueError, "splits"), splits=[1.5] * SIZE)
         row("splits_str", good, lambda n: raises(ValueError, "splits"), splits="ab")
     if "group" in fn.kinds:
