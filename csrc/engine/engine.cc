@@ -62,6 +62,7 @@ int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete) {
   const std::string name = entry.request.name;
   const int entry_set = entry.request.process_set;
   if (on_complete) {
+    callback_work_ = true;
     // Nobody synchronizes a callback handle: the name is freed when it completes.
     auto handle_of = std::make_shared<int>(-1);
     on_complete = [this, handle_of, done = std::move(on_complete)](HandleTable::Result&& result) {
@@ -154,7 +155,9 @@ void Engine::loop() {
         // A caller about to wait for its tensor, or for the tensor a peer's
         // cycle is about, runs that cycle itself (help()), with its tensor in
         // it; joining at once would only run a cycle without it.
-        if (callers_may_run_ && !shutdown_requested_) std::this_thread::sleep_for(kCallerGrace);
+        // Not for tensors with a completion callback (TF's ops): nobody waits to run those.
+        const bool callback_work = callback_work_.exchange(false);
+        if (callers_may_run_ && !shutdown_requested_ && !callback_work) std::this_thread::sleep_for(kCallerGrace);
       } else {
         queue_.wait_for_work(pending ? backoff : cycle_time);
       }
