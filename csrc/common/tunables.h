@@ -48,7 +48,7 @@ struct Tunables {
   std::string gpu_transport;  // nccl | mpi | auto
   double nccl_timeout_seconds;  // NCCL init or work in flight past this is aborted (<= 0: never)
   // How long waiting threads spin (yielding) before they sleep. -1 (auto) is
-  // settled at init: zero when this node runs more ranks than cores, where
+  // settled at init: shorter when this node runs more ranks than cores, where
   // spinning steals the core the awaited thread needs.
   int spin_microseconds = -1;
   // Set at init too: ranks, hosts and transport, for the timeline's label.

@@ -17,6 +17,7 @@ constexpr std::chrono::microseconds kIdleWakeup{1000000};
 // How long the loop leaves a new tensor to a caller that may run its cycle
 // itself (Engine::help) before running it: far below any step's compute.
 constexpr std::chrono::microseconds kCallerGrace{100};
+constexpr std::chrono::microseconds kHelperLockWait{1000};
 bool refused_here(const Response& error, int set_rank) {
   return std::find(error.per_rank.begin(), error.per_rank.end(), set_rank) != error.per_rank.end();
 }
@@ -138,7 +139,7 @@ void Engine::loop() {
     for (;;) {
       bool pending;
       {
-        std::lock_guard<std::mutex> lock(cycle_mutex_);
+        std::lock_guard<std::timed_mutex> lock(cycle_mutex_);
         if (helper_failure_) std::rethrow_exception(helper_failure_);
         if (stop_) break;
         pending = any_pending();
@@ -163,7 +164,7 @@ void Engine::loop() {
       }
       bool progressed;
       {
-        std::lock_guard<std::mutex> lock(cycle_mutex_);
+        std::lock_guard<std::timed_mutex> lock(cycle_mutex_);
         if (helper_failure_) std::rethrow_exception(helper_failure_);
         if (stop_) break;
         // A caller waiting for its tensor may have run the cycle this wake-up was for.
@@ -186,7 +187,7 @@ void Engine::loop() {
     fail_everything(std::string("horo's background thread failed: ") + e.what());
     // Freeing communicators (shared-memory segments end with a barrier) would wait on
     // peers that are gone; the process ends with MPI_Abort (peer_watch.h), so keep them.
-    std::lock_guard<std::mutex> lock(cycle_mutex_);  // no caller is in a cycle on them
+    std::lock_guard<std::timed_mutex> lock(cycle_mutex_);  // no caller is in a cycle on them
     stop_ = true;
     new std::map<int, ProcessSet>(std::move(sets_));
   } catch (const std::exception& e) {
@@ -194,7 +195,7 @@ void Engine::loop() {
     stop_reason_ = std::string(" after an internal error: ") + e.what();
     fail_everything(std::string("horo's background thread failed: ") + e.what());
   }
-  std::lock_guard<std::mutex> lock(cycle_mutex_);
+  std::lock_guard<std::timed_mutex> lock(cycle_mutex_);
   stop_ = true;  // no caller runs a cycle from here on
   timeline_.engine_exited();
   queue_.set_on_work(nullptr);  // before the transport it calls goes
@@ -242,7 +243,10 @@ bool Engine::run_pass() {
 
 void Engine::help(int handle) {
   if (!callers_may_run_ || shutdown_requested_) return;
-  std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
+  // The background thread may be in a cycle (one a peer began, before this caller
+  // came): wait for it a little rather than hand over, since it ends within microseconds
+  // unless a large collective runs, and then a waiter gains nothing.
+  std::unique_lock<std::timed_mutex> lock(cycle_mutex_, kHelperLockWait);
   if (!lock.owns_lock() || stop_ || helper_failure_ || handles_.poll(handle, true)) return;
   Transport& global = *sets_.at(0).transport;
   auto done = [&] { return handles_.poll(handle, true) || stop_ || shutdown_requested_; };

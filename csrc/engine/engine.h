@@ -50,8 +50,8 @@ class Engine {
   // Runs coordination cycles on the calling thread until `handle` completes
   // or the peers stop answering within the spin time, where the transport
   // lets a caller do so (shared memory, CPU tensors only): a small collective
-  // then costs no hand-over to the background thread and back. Returns at
-  // once when another thread is running a cycle. Call without the GIL.
+  // then costs no hand-over to the background thread and back. Returns when
+  // another thread runs a cycle for longer than a millisecond. Call without the GIL.
   void help(int handle);
   // Collective in effect: the first rank to ask stops every rank's loop.
   void shutdown();
@@ -86,7 +86,7 @@ class Engine {
   TensorQueue queue_;
   HandleTable handles_;
   // Cycle state: touched only under cycle_mutex_ (by the background thread or a helping caller).
-  std::mutex cycle_mutex_;
+  std::timed_mutex cycle_mutex_;
   std::map<int, ProcessSet> sets_;
   std::vector<Timeline::Clock::time_point> enqueued_at_;
   bool stop_ = false;                   // a cycle agreed to shut down
