@@ -36,7 +36,7 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SPIN_MICROSECONDS", "", "auto",
        "how long a wait for another rank or thread spins (a pause, then yielding the core) before it sleeps; "
        "auto: 50 while a host runs no more ranks than cores, else 20"},
-      {"HORO_SHM_SINGLE_COPY_BYTES", "", "1048576",
+      {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
        "shared-memory allgather, alltoall, gather and scatter from this size up: receivers read "
        "straight from the senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
