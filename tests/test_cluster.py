@@ -66,13 +66,14 @@ def _run(cmd, env, timeout):
     return proc, time.monotonic() - start
 
 
-def _mpirun_job(env, mode, extra_env=(), launcher="mpirun", timeout=240):
+def _mpirun_job(env, mode, extra_env=(), launcher="mpirun", timeout=240, hostfile=None):
     exports = []
     for key, value in extra_env:
         env = {**env, key: value}
         exports += ["-x", key]
     if launcher == "horo-run":
-        cmd = [str(Path(sys.executable).parent / "horo-run"), "-np", "6", "-H", "h1:2,h2:2,h3:2"]
+        hosts = ["--hostfile", str(hostfile)] if hostfile else ["-H", "h1:2,h2:2,h3:2"]
+        cmd = [str(Path(sys.executable).parent / "horo-run"), "-np", "6", *hosts]
     else:
         cmd = [find_mpirun(), "-np", "6", "--host", "h1:2,h2:2,h3:2", "-x", "HORO_TEST_TOPOLOGY",
                "-x", "PYTHONPATH", *exports]
@@ -95,6 +96,15 @@ def test_collectives_hierarchical_across_hosts_with_horo_run(cluster, tmp_path):
     assert "hierarchical" in labels[0]
     names = {e["name"] for e in events}
     assert {"HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLGATHERV"} <= names, names
+
+
+@pytest.mark.timeout(300)
+def test_hostfile_across_hosts_with_horo_run(cluster, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("h1 slots=2\nh2 slots=2\nh3 slots=2\n")  # Horovod's syntax
+    proc, _ = _mpirun_job(cluster, "collectives", launcher="horo-run", hostfile=hostfile)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert {f"on h{i}: ok" in proc.stdout for i in (1, 2, 3)} == {True}, proc.stdout[-3000:]
 
 
 @pytest.mark.timeout(300)

@@ -63,6 +63,19 @@ def check_collectives():
         data = rank_input(root, dtype, 250_001, seed) if me == root else np.zeros(250_001, dtype)
         out = horo.broadcast(data, root, name=f"bcast.{dtype}")
         assert np.array_equal(out, rank_input(root, dtype, 250_001, seed)), f"broadcast {dtype} from {root}"
+    # process sets across hosts: one rank per host (0, 2, 4), and two ranks on two hosts (1, 2)
+    for members in ([r for r in range(0, n, 2)], [1, 2]):
+        ps = horo.add_process_set(members)
+        if me in members:
+            inputs = [rank_input(r, np.int64, 5_001, 7) for r in members]
+            out = horo.allreduce(inputs[members.index(me)], op=horo.Sum, name="ps.sum", process_set=ps)
+            assert np.array_equal(out, np.sum(np.stack(inputs), axis=0)), f"allreduce on {members}"
+            out = horo.allgather(inputs[members.index(me)][:10 * (me + 1)], name="ps.gather", process_set=ps)
+            assert np.array_equal(out, np.concatenate([inputs[i][:10 * (r + 1)] for i, r in enumerate(members)]))
+            out = horo.broadcast(inputs[members.index(me)], members[-1], name="ps.bcast", process_set=ps)
+            assert np.array_equal(out, inputs[-1]), f"broadcast on {members}"
+        horo.remove_process_set(ps)
+
     avg = horo.allreduce(np.full(1000, float(me), np.float32), name="avg")
     assert np.allclose(avg, (n - 1) / 2), "average"
     same_on_every_rank(avg, "average")
