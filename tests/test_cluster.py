@@ -1,9 +1,10 @@
 """Multi-host on one machine: 3 namespaced hosts x 2 ranks (scripts/cluster.sh), 1 Gbit/s links.
 
 Every collective over several dtypes against NumPy, hierarchical and flat, bit-identical
-on every rank; the user's own MPI (mpi4py) after horo; launched by `horo-run -H` and by plain
-`mpirun --host`; a remote rank killed mid-job ends the job with a non-zero exit; cluster
-up/down idempotent. Needs root and network namespaces: skips with the reason otherwise.
+on every rank, on process sets spanning hosts too; the user's own MPI (mpi4py) after horo;
+launched by `horo-run -H`, `horo-run --hostfile` and plain `mpirun --host`; the torch and Keras
+examples train across the hosts; a remote rank killed mid-job ends the job with a non-zero
+exit; cluster up/down idempotent. Needs root and network namespaces: skips with the reason otherwise.
 """
 import json
 import os
@@ -105,6 +106,21 @@ def test_hostfile_across_hosts_with_horo_run(cluster, tmp_path):
     proc, _ = _mpirun_job(cluster, "collectives", launcher="horo-run", hostfile=hostfile)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert {f"on h{i}: ok" in proc.stdout for i in (1, 2, 3)} == {True}, proc.stdout[-3000:]
+
+
+@pytest.mark.timeout(400)
+def test_torch_and_keras_examples_train_across_hosts(cluster, tmp_path):
+    env = {**cluster, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), cluster.get("PYTHONPATH")]))}
+    run = [str(Path(sys.executable).parent / "horo-run"), "-np", "6", "-H", "h1:2,h2:2,h3:2", sys.executable]
+    torch_job, _ = _run([*run, str(REPO_ROOT / "examples" / "pytorch_digits.py"), "--epochs", "3",
+                         "--checkpoint", str(tmp_path / "digits.pt")], env, 180)
+    assert torch_job.returncode == 0, torch_job.stdout[-3000:] + torch_job.stderr[-3000:]
+    assert "on 6 rank(s)" in torch_job.stdout and "epoch  3/3" in torch_job.stdout, torch_job.stdout[-3000:]
+    keras_job, _ = _run([*run, str(REPO_ROOT / "examples" / "keras_digits.py"), "--epochs", "3",
+                         "--save", str(tmp_path / "digits.keras")], env, 180)
+    assert keras_job.returncode == 0, keras_job.stdout[-3000:] + keras_job.stderr[-3000:]
+    # every rank evaluates the same averaged weights
+    assert "ranks: 6" in keras_job.stdout and "same on every rank: True" in keras_job.stdout, keras_job.stdout[-3000:]
 
 
 @pytest.mark.timeout(300)
