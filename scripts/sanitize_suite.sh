@@ -34,7 +34,7 @@ core="$(find "$dir" -maxdepth 1 -name '_core*.so' | head -1)"
 # The tree the tests run in: the working tree's Python and tests, the sanitized core.
 tree="$dir/tree"
 rm -rf "$tree" && mkdir -p "$tree"
-cp -r horo tests examples pyproject.toml "$tree"/
+cp -r horo tests examples benchmarks pyproject.toml "$tree"/
 [ -f setup.cfg ] && cp setup.cfg "$tree"/
 rm -f "$tree"/horo/_core*.so
 cp -r plugins/torch "$tree/horo/torch"
