@@ -263,7 +263,7 @@ void Engine::help(int handle) {
     helper_failure_ = std::current_exception();
   }
   global.set_caller_cycles(false);
-  const bool more = helper_failure_ || queue_.has_work() || any_pending() || global.peers_ahead();
+  const bool more = stop_ || helper_failure_ || queue_.has_work() || any_pending() || global.peers_ahead();
   lock.unlock();
   if (more) queue_.wake();  // the background thread takes over
 }
