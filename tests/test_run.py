@@ -307,6 +307,11 @@ def test_failure_parser_reads_open_mpi_4_and_5_reports():
     assert parse_failure(peer).lost_peer and parse_failure(peer).host == "h3"
     assert "a rank on host h3 disconnected" in parse_failure(peer).summary()
     assert parse_failure("  Peer host:  h3\n") is None  # only inside that report
+    closed = ("[h2:00000] *** An error occurred in Socket closed\n[h2:00000] *** on a NULL communicator\n"
+              "prterun has exited due to process rank 3 with PID 0 on node h2 calling\n\"abort\". This may have\n")
+    assert (parse_failure(closed).rank, parse_failure(closed).host) == (3, "h2")
+    assert "rank 3 on host h2 ended the job: its MPI lost the connection to a peer" in parse_failure(closed).summary()
+    assert parse_failure(closed.split("\n", 1)[1]) is None  # an abort alone is not a lost peer
 
 
 @pytest.mark.timeout(30)

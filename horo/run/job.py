@@ -33,6 +33,14 @@ _LOST_DAEMON = re.compile(r"Remote daemon:\s*\[.*\]\s+on\s+node\s+(\S+)")
 #       Peer host:  h3
 _PEER_DISCONNECTED = re.compile(r"peer process has unexpectedly disconnected")
 _PEER_HOST = re.compile(r"^\s*Peer host:\s*(\S+)")
+# ... or, when a survivor's MPI (the ob1 layer over TCP) takes a closed connection as fatal without
+# naming the peer, and the launcher then reports that survivor's abort rather than the dead rank:
+#     [h2:00000] *** An error occurred in Socket closed
+#     prterun has exited due to process rank 3 with PID 0 on node h2 calling
+#     "abort". ...
+_SOCKET_CLOSED = re.compile(r"An error occurred in Socket closed")
+_ABORTED = re.compile(r"has\s+exited\s+due\s+to\s+process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)"
+                      r"\s+calling\s+\"abort\"")
 _SIGNAL_WINDOW = 4  # lines the message may wrap over
 
 
@@ -44,6 +52,7 @@ class RankFailure:
     host: str = None
     lost_host: bool = False  # the launcher lost its connection to `host`; rank is None
     lost_peer: bool = False  # a rank's MPI lost its connection to a peer on `host`; rank is None
+    aborted_on_lost_peer: bool = False  # `rank` on `host` aborted: its MPI lost a peer it did not name
 
     def summary(self):
         if self.lost_host:
@@ -52,6 +61,10 @@ class RankFailure:
         if self.lost_peer:
             return (f"horo-run: a rank on host {self.host} disconnected (it died, or its host went off the "
                     "network); the job was ended")
+        if self.aborted_on_lost_peer:
+            return (f"horo-run: rank {self.rank} on host {self.host} ended the job: its MPI lost the connection "
+                    "to a peer rank (\"Socket closed\"), which died or went off the network; Open MPI does not "
+                    "say which")
         on = f" on host {self.host}" if self.host else ""
         if self.signal is not None:
             return f"horo-run: rank {self.rank} was killed by signal {self.signal}{on}"
@@ -65,6 +78,7 @@ class FailureParser:
         self.failure = None
         self._pending_rank = None
         self._peer_disconnected = False
+        self._socket_closed = False
         self._recent = collections.deque(maxlen=_SIGNAL_WINDOW)
         self._partial = b""
 
@@ -87,6 +101,13 @@ class FailureParser:
         m = _SIGNALLED.search(" ".join(self._recent))
         if m:
             self.failure = RankFailure(int(m.group(1)), signal=int(m.group(3)), host=m.group(2))
+            return
+        m = _ABORTED.search(" ".join(self._recent))
+        if m and self._socket_closed:
+            self.failure = RankFailure(int(m.group(1)), host=m.group(2), aborted_on_lost_peer=True)
+            return
+        if _SOCKET_CLOSED.search(line):
+            self._socket_closed = True
             return
         m = _LOST_DAEMON.search(line)
         if m:
@@ -175,7 +196,7 @@ def run_job(argv, env):
     failure = parser.failure
     if failure is not None:
         print(failure.summary(), file=sys.stderr, flush=True)
-        if failure.lost_host:
+        if failure.lost_host or failure.aborted_on_lost_peer:
             return status or 1
         if failure.signal is not None:
             return 128 + failure.signal
