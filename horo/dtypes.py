@@ -16,6 +16,9 @@ _BFLOAT16 = 5
 
 
 def code_of(dtype, tensor_name):
+    code = _CODES.get(dtype)  # an array's dtype: found without converting (every call pays for this)
+    if code is not None:
+        return code
     dtype = np.dtype(dtype)
     code = _CODES.get(dtype)
     if code is not None:

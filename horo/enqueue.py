@@ -29,8 +29,11 @@ def tensor_name(name, collective, process_set=None):
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),
             process_set=None):
     """Hands `array` (and `output`, or None for a core-allocated one) to the core; returns the handle."""
-    with refusing(collective, name, process_set):
+    try:  # not `with refusing(...)`: the hot path, and a try costs nothing until it raises
         dtype_code = dtypes.code_of(array.dtype, name)
+    except Exception as e:
+        refusing(collective, name, process_set).__exit__(type(e), e, None)
+        raise
     gpu = isinstance(array, CudaBuffer)
     return submit(collective, name, address(array), 0 if output is None else address(output),
                   dtype_code, array.shape, finish, (array, output), op, prescale, postscale,

@@ -50,8 +50,6 @@ def empty_like(array):
     """An uninitialised output like `array`. Large ones come from the core's
     buffer pool: a recycled buffer is already mapped, where a fresh one would
     take a page fault per 4 KiB on first touch."""
-    from horo._native import _core
-
     if isinstance(array, cuda_arrays.CudaBuffer):
         return cuda_arrays.empty(array.shape, array.dtype, array)
     if array.nbytes < (1 << 20):
