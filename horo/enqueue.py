@@ -32,7 +32,7 @@ def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postsca
     try:  # not `with refusing(...)`: the hot path, and a try costs nothing until it raises
         dtype_code = dtypes.code_of(array.dtype, name)
     except Exception as e:
-        refusing(collective, name, process_set).__exit__(type(e), e, None)
+        refusing(collective, name, process_set).announce(e)
         raise
     gpu = isinstance(array, CudaBuffer)
     return submit(collective, name, address(array), 0 if output is None else address(output),
@@ -56,13 +56,16 @@ class refusing:
         return self
 
     def __exit__(self, kind, e, _traceback):
-        if e is None or not isinstance(e, Exception):
-            return False
+        if e is not None and isinstance(e, Exception):
+            self.announce(e)
+        return False
+
+    def announce(self, e):
+        """Tells the other ranks this rank refused the tensor(s), because of `e`."""
         set_id = 0 if self.process_set is None else getattr(self.process_set, "process_set_id", None)
         if isinstance(set_id, int) and _core.is_initialized():
             for one in [self.name] if isinstance(self.name, str) else self.name:
                 _core.reject(_CODES[self.collective], one, set_id, str(e))
-        return False
 
 
 def checked_root(root_rank, name):

@@ -6,6 +6,7 @@ launched by `horo-run -H`, `horo-run --hostfile` and plain `mpirun --host`; the 
 examples train across the hosts; a remote rank killed mid-job ends the job with a non-zero
 exit; cluster up/down idempotent. Needs root and network namespaces: skips with the reason otherwise.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -38,12 +39,14 @@ def _why_no_cluster():
     return None
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@contextlib.contextmanager
+def cluster_up(name):
+    """3 hosts with 1 Gbit/s links, named `name` (skips the test where none can be made): yields
+    the environment that runs mpirun across them, and takes them down afterwards."""
     why = _why_no_cluster()
     if why:
         pytest.skip(f"namespaced cluster unavailable: {why}")
-    up = _cluster("up", "3", "--rate", "1gbit", "--name", NAME)
+    up = _cluster("up", "3", "--rate", "1gbit", "--name", name)
     env = mpi_env({"HORO_TEST_TOPOLOGY": "2x3"})
     for line in up.stdout.splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
@@ -54,7 +57,13 @@ def cluster():
     try:
         yield env
     finally:
-        _cluster("down", "--name", NAME, check=False)
+        _cluster("down", "--name", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with cluster_up(NAME) as env:
+        yield env
 
 
 def _run(cmd, env, timeout):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import REPO_ROOT, find_mpirun, mpi_env
-from test_cluster import _cluster, _why_no_cluster
+from launcher import REPO_ROOT, find_mpirun
+from test_cluster import _cluster, cluster_up
 
 JOB = REPO_ROOT / "tests" / "mpi" / "cluster_job.py"
 NAME = "horof"
@@ -26,21 +26,9 @@ RUNNING = re.compile(r"rank (\d+): running as pid (\d+) on (\S+)")
 
 @pytest.fixture(scope="module")
 def cluster():
-    why = _why_no_cluster()
-    if why:
-        pytest.skip(f"namespaced cluster unavailable: {why}")
-    up = _cluster("up", "3", "--rate", "1gbit", "--name", NAME)
-    env = mpi_env({"HORO_TEST_TOPOLOGY": "2x3"})
-    for line in up.stdout.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = value
-    for key in ("OMPI_MCA_rmaps_base_oversubscribe", "PRTE_MCA_rmaps_default_mapping_policy"):
-        env.pop(key, None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    try:
+    with cluster_up(NAME) as env:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         yield env
-    finally:
-        _cluster("down", "--name", NAME, check=False)
 
 
 class Job:
