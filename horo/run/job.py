@@ -102,8 +102,8 @@ class FailureParser:
         if m:
             self.failure = RankFailure(int(m.group(1)), signal=int(m.group(3)), host=m.group(2))
             return
-        m = _ABORTED.search(" ".join(self._recent))
-        if m and self._socket_closed:
+        m = self._socket_closed and _ABORTED.search(" ".join(self._recent))
+        if m:
             self.failure = RankFailure(int(m.group(1)), host=m.group(2), aborted_on_lost_peer=True)
             return
         if _SOCKET_CLOSED.search(line):
