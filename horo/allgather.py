@@ -1,7 +1,7 @@
 """allgather: every rank's tensor concatenated along the first dimension,
 which may differ per rank (the other dimensions must match)."""
 from horo.enqueue import allocated, enqueue, enqueue_group, refusing, tensor_name
-from horo.handles import synchronize, synchronize_all
+from horo.handles import blocking, synchronize, synchronize_all
 from horo.tensors import as_array
 
 
@@ -18,6 +18,7 @@ def allgather_async(tensor, name=None, process_set=None):
     return _enqueue(array, name, process_set)
 
 
+@blocking
 def allgather(tensor, name=None, process_set=None):
     return synchronize(allgather_async(tensor, name, process_set))
 
@@ -31,6 +32,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
     return enqueue_group(lambda a=a, n=n: _enqueue(a, n, process_set) for a, n in zip(arrays, names))
 
 
+@blocking
 def grouped_allgather(tensors, name=None, process_set=None):
     """Allgathers each tensor; enqueued together, they travel as one fused collective."""
     return synchronize_all(grouped_allgather_async(tensors, name, process_set))

@@ -3,7 +3,7 @@
 
 from horo import ops
 from horo.enqueue import enqueue, enqueue_group, refusing, returning, tensor_name
-from horo.handles import synchronize, synchronize_all
+from horo.handles import blocking, synchronize, synchronize_all
 from horo.tensors import as_array, empty_like
 
 
@@ -32,11 +32,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _enqueue(array, array, name, op, prescale_factor, postscale_factor, process_set, result=tensor)
 
 
+@blocking
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across every rank (Average by default) into a new array."""
     return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
+@blocking
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across every rank in place and returns it."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
@@ -78,11 +80,13 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, True)
 
 
+@blocking
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     handles = grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
     return synchronize_all(handles)
 
 
+@blocking
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     handles = grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
     return synchronize_all(handles)

@@ -4,7 +4,7 @@ import numpy as np
 
 from horo import process_sets
 from horo.enqueue import allocated, enqueue, refusing, tensor_name
-from horo.handles import synchronize
+from horo.handles import blocking, synchronize
 from horo.errors import HoroValueError
 from horo.tensors import as_array
 
@@ -42,6 +42,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     return enqueue("alltoall", name, array, None, finish, splits=send, process_set=process_set)
 
 
+@blocking
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Returns the received rows; with `splits` given, also how many came from each rank."""
     return synchronize(alltoall_async(tensor, splits, name, process_set))

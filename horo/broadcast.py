@@ -1,7 +1,7 @@
 """broadcast: every rank ends with root_rank's tensor."""
 
 from horo.enqueue import enqueue, refusing, returning, tensor_name
-from horo.handles import synchronize
+from horo.handles import blocking, synchronize
 from horo.tensors import as_array, empty_like
 
 
@@ -20,11 +20,13 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     return enqueue("broadcast", name, array, array, returning(tensor), root=root_rank, process_set=process_set)
 
 
+@blocking
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """Returns a new array holding root_rank's `tensor`."""
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
+@blocking
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """Overwrites `tensor` with root_rank's, in place, and returns it."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))

@@ -6,7 +6,7 @@ import operator
 
 from horo import dtypes, process_sets
 from horo._native import _core
-from horo.handles import track
+from horo.handles import caller_waits, track
 from horo.cuda_arrays import CudaBuffer
 from horo.cuda_arrays import from_core as from_device
 from horo.tensors import address
@@ -101,7 +101,7 @@ def submit(collective, name, input_address, output_address, dtype_code, shape, f
             prescale = checked_scale(prescale, "prescale_factor", name)
             postscale = checked_scale(postscale, "postscale_factor", name)
     handle = _core.enqueue(_CODES[collective], name, input_address, output_address, dtype_code, shape, op,
-                           prescale, postscale, root, list(splits), set_id, device, stream)
+                           prescale, postscale, root, list(splits), set_id, device, stream, caller_waits())
     return track(handle, name, finish, keepalive, caller_stream)
 
 

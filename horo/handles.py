@@ -1,10 +1,42 @@
 """Async handles: what the core returns at enqueue, and what synchronize() hands back."""
+import functools
+import threading
+
 from horo._native import _core
 from horo.errors import HoroError, HorovodInternalError
 
 # handle -> (tensor name, finish(core_result) -> user result, objects to keep alive until completion,
 #            GPU tensors: caller_stream() -> the stream to make wait for the results, else None)
 _outstanding = {}
+
+
+class _Blocking(threading.local):
+    depth = 0  # blocking calls this thread is inside
+
+
+_blocking = _Blocking()
+
+
+def blocking(collective):
+    """Marks a call that synchronizes what it enqueues before it returns (allreduce(), not
+    allreduce_async()). Its enqueues tell the core so: this thread runs their cycle itself
+    while it waits, and the core does not wake its background thread for them, a wake-up
+    that on a host with a rank per core takes the core a rank's caller runs on."""
+
+    @functools.wraps(collective)
+    def call(*args, **kwargs):
+        _blocking.depth += 1
+        try:
+            return collective(*args, **kwargs)
+        finally:
+            _blocking.depth -= 1
+
+    return call
+
+
+def caller_waits():
+    """Whether this thread is inside a @blocking call (its enqueues are synchronized at once)."""
+    return _blocking.depth > 0
 
 
 def track(handle, name, finish, keepalive, caller_stream=None):

@@ -3,7 +3,7 @@ dimension (the first rows % size ranks get one row more, as in Horovod)."""
 
 from horo import ops, process_sets
 from horo.enqueue import enqueue, enqueue_group, refusing, returning, tensor_name
-from horo.handles import synchronize, synchronize_all
+from horo.handles import blocking, synchronize, synchronize_all
 from horo.tensors import as_array, empty
 
 
@@ -26,6 +26,7 @@ def _enqueue(array, op, name, prescale_factor, postscale_factor, process_set):
                    process_set=process_set)
 
 
+@blocking
 def reducescatter(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
 
@@ -42,6 +43,7 @@ def grouped_reducescatter_async(tensors, op=None, name=None, prescale_factor=1.0
                          for a, n in zip(arrays, names))
 
 
+@blocking
 def grouped_reducescatter(tensors, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduce-scatters each tensor; enqueued together, they travel as one fused collective."""
     handles = grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor, process_set)

@@ -3,7 +3,7 @@ Non-root ranks get None back from gather and reduce."""
 
 from horo import basics, ops, process_sets
 from horo.enqueue import allocated, enqueue, refusing, returning, tensor_name
-from horo.handles import synchronize
+from horo.handles import blocking, synchronize
 from horo.tensors import as_array, empty, empty_like
 
 
@@ -20,6 +20,7 @@ def gather_async(tensor, root_rank=0, name=None, process_set=None):
                    root=root_rank, process_set=process_set)
 
 
+@blocking
 def gather(tensor, root_rank=0, name=None, process_set=None):
     """On root_rank: every rank's tensor concatenated along the first dimension (which may differ per rank)."""
     return synchronize(gather_async(tensor, root_rank, name, process_set))
@@ -36,6 +37,7 @@ def scatter_async(tensor, root_rank=0, name=None, process_set=None):
                    root=root_rank, process_set=process_set)
 
 
+@blocking
 def scatter(tensor, root_rank=0, name=None, process_set=None):
     """Rank r receives its share of root_rank's first dimension (the first rows % size ranks one row more).
 
@@ -55,6 +57,7 @@ def reduce_async(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, p
                    root=root_rank, process_set=process_set)
 
 
+@blocking
 def reduce(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """On root_rank: the reduction (Average by default) of every rank's tensor."""
     return synchronize(reduce_async(tensor, root_rank, op, name, prescale_factor, postscale_factor, process_set))

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -43,6 +45,7 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   queue_.set_on_work([global] { global->wake_local(); });
   callers_may_run_ = global->watches_peers();
   thread_ = std::thread([this] { loop(); });
+  pthread_setname_np(thread_.native_handle(), "horo-engine");  // in top -H, gdb and /proc/*/task/*/comm
 }
 
 void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<int> members) {
@@ -55,7 +58,7 @@ void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<i
 
 Engine::~Engine() { shutdown(); }
 
-int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete) {
+int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete, bool caller_waits) {
   if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   // GPU work stays on the background thread (device guards would make any thread
   // work, but that path has not run on a GPU yet): no caller runs cycles from here on.
@@ -78,7 +81,7 @@ int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete) {
   if (timeline_.recording()) entry.enqueued_at = Timeline::Clock::now();
   const int handle = entry.handle;
   try {
-    queue_.push(std::move(entry));
+    queue_.push(std::move(entry), !(caller_waits && callers_may_run_ && !on_complete));
   } catch (const Error&) {
     // A name still taken on this rank: the call never happened, here or at the
     // coordinator (taken names depend on this rank's program alone, so a
@@ -242,12 +245,14 @@ bool Engine::run_pass() {
 }
 
 void Engine::help(int handle) {
-  if (!callers_may_run_ || shutdown_requested_) return;
+  // Whoever returns without running the cycle hands it to the background
+  // thread, which a blocking caller's enqueue did not wake.
+  if (!callers_may_run_ || shutdown_requested_) return queue_.wake();
   // The background thread may be in a cycle (one a peer began, before this caller
   // came): wait for it a little rather than hand over, since it ends within microseconds
   // unless a large collective runs, and then a waiter gains nothing.
   std::unique_lock<std::timed_mutex> lock(cycle_mutex_, kHelperLockWait);
-  if (!lock.owns_lock() || stop_ || helper_failure_ || handles_.poll(handle, true)) return;
+  if (!lock.owns_lock() || stop_ || helper_failure_ || handles_.poll(handle, true)) return queue_.wake();
   Transport& global = *sets_.at(0).transport;
   auto done = [&] { return handles_.poll(handle, true) || stop_ || shutdown_requested_; };
   auto news = [&] { return done() || queue_.has_work() || global.peers_ahead(); };
@@ -258,6 +263,9 @@ void Engine::help(int handle) {
     do {
       run_pass();
     } while (!done() && spin_for(news, std::chrono::microseconds(tunables_.spin_microseconds)) && !done());
+    // A peer whose caller came back first has begun its next cycle: join it now
+    // (one negotiation step) rather than wake the background thread for it.
+    if (!stop_ && !shutdown_requested_ && global.peers_ahead()) run_pass();
   } catch (...) {
     // The background thread ends the engine the way it would have had it run this cycle.
     helper_failure_ = std::current_exception();

@@ -35,7 +35,11 @@ class Engine {
   // Hands a tensor to the background thread; returns its handle at once.
   // With `on_complete`, the completing thread calls it instead of a wait_for(),
   // and the tensor's name is free again once it has run.
-  int enqueue(TensorEntry entry, HandleTable::Callback on_complete = nullptr);
+  // `caller_waits`: the caller waits for the handle right away (a blocking
+  // collective), so where callers run cycles (help()) the background thread is
+  // not woken for it: on a host with a rank per core, that wake-up takes the
+  // core a rank's caller runs on.
+  int enqueue(TensorEntry entry, HandleTable::Callback on_complete = nullptr, bool caller_waits = false);
   // Tells the other ranks this rank refused a tensor at submission (bad
   // argument, duplicate name), so their namesakes fail instead of waiting.
   void reject(Request request, const std::string& why);
@@ -51,7 +55,8 @@ class Engine {
   // or the peers stop answering within the spin time, where the transport
   // lets a caller do so (shared memory, CPU tensors only): a small collective
   // then costs no hand-over to the background thread and back. Returns when
-  // another thread runs a cycle for longer than a millisecond. Call without the GIL.
+  // another thread runs a cycle for longer than a millisecond; the background
+  // thread then takes over. Call without the GIL.
   void help(int handle);
   // Collective in effect: the first rank to ask stops every rank's loop.
   void shutdown();

@@ -11,7 +11,7 @@ namespace {
 std::string key_of(int process_set, const std::string& name) { return std::to_string(process_set) + ':' + name; }
 }  // namespace
 
-void TensorQueue::push(TensorEntry entry) {
+void TensorQueue::push(TensorEntry entry, bool notify) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::string& name = entry.request.name;
@@ -27,6 +27,7 @@ void TensorQueue::push(TensorEntry entry) {
     new_enqueued_at_.push_back(entry.enqueued_at);
     in_flight_.emplace(key, std::move(entry));
   }
+  if (!notify) return;
   work_cv_.notify_one();
   notify_on_work();
 }

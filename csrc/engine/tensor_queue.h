@@ -67,7 +67,8 @@ class TensorQueue {
   // submission until the caller synchronizes its handle (release()), not
   // merely until the collective ran, so whether a reuse is refused depends on
   // the caller's program alone, never on how fast the other ranks were.
-  void push(TensorEntry entry);
+  // `notify`: wake the background thread (off where the pushing caller runs the cycle itself).
+  void push(TensorEntry entry, bool notify = true);
   void release(int handle);
   // A tensor this rank refused at submission (request.rejection says why):
   // it travels to the coordinator like a request but holds no buffer.

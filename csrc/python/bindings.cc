@@ -115,7 +115,7 @@ void describe_gpu_tensor(TensorEntry& entry, const std::string& kind, int device
 
 int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
             std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
-            std::vector<int64_t> splits, int process_set, int device, uintptr_t stream) {
+            std::vector<int64_t> splits, int process_set, int device, uintptr_t stream, bool caller_waits) {
   require_init();
   if (!collective_valid(type)) throw py::value_error("'" + name + "': unknown collective " + std::to_string(type));
   const std::string kind = collective_name(static_cast<CollectiveType>(type));
@@ -147,7 +147,7 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
   entry.input = reinterpret_cast<const void*>(input);
   entry.output = reinterpret_cast<void*>(output);
   if (device >= 0) describe_gpu_tensor(entry, kind, device, stream);
-  return g_engine->enqueue(std::move(entry));
+  return g_engine->enqueue(std::move(entry), nullptr, caller_waits);
 }
 
 // A GPU result: `stream` (the caller's current stream) waits on horo's done
@@ -257,8 +257,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("enqueue", &enqueue, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),
         py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
         py::arg("splits"), py::arg("process_set") = 0, py::arg("device") = -1, py::arg("stream") = 0,
+        py::arg("caller_waits") = false,
         "Hands a collective on raw buffers to the background thread; returns its handle. device >= 0: the buffers "
-        "are on that CUDA device, produced on `stream` (cudaStream_t as an integer).");
+        "are on that CUDA device, produced on `stream` (cudaStream_t as an integer). caller_waits: the caller "
+        "synchronizes it right away (a blocking collective), so the background thread need not be woken for it.");
   m.def("reject", &reject, py::arg("type"), py::arg("name"), py::arg("process_set"), py::arg("why"),
         "Tells the other ranks this rank refused the named tensor at submission, so theirs fail instead of waiting.");
   m.def("poll", [](int handle) { require_init(); return g_engine->poll(handle); });

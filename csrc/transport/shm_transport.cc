@@ -87,14 +87,6 @@ void ShmTransport::step() {
   const uint64_t seq = ++seq_;
   segment_.state(rank_).seq.store(seq, std::memory_order_seq_cst);
   ring(segment_.bell());
-  // A peer whose caller runs its cycles joins by itself; any other may sleep
-  // idle and must hear that a cycle began (seq store above, then this load:
-  // a caller that stops after it sees the new seq in peers_ahead()).
-  for (int p = 0; p < size_; ++p) {
-    if (p != rank_ && segment_.state(p).caller_cycles.load(std::memory_order_seq_cst) == 0) {
-      ring(segment_.state(p).idle);
-    }
-  }
   int next = 0;  // peers before it have arrived: not polled again
   auto everyone_here = [&] {
     for (; next < size_; ++next) {
@@ -104,8 +96,19 @@ void ShmTransport::step() {
   };
   // A local peer may be held up by the network (the cross-host step of a hierarchical
   // collective): the deadline finds out whether its host, or another, is still there.
+  if (spin_for(everyone_here, spin_)) return;
+  // A peer whose caller runs its cycles joins by itself; any other may sleep
+  // idle and must hear that a cycle began (seq store above, then this load:
+  // a caller that stops after it sees the new seq in peers_ahead()). Not
+  // before the spin: a peer's caller usually comes within it, and a woken
+  // background thread would take the core a rank's caller runs on.
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_ && segment_.state(p).caller_cycles.load(std::memory_order_seq_cst) == 0) {
+      ring(segment_.state(p).idle);
+    }
+  }
   WaitDeadline deadline("a shared-memory step");
-  wait_until(segment_.bell(), everyone_here, spin_, std::chrono::milliseconds(100), [&] {
+  wait_until(segment_.bell(), everyone_here, std::chrono::microseconds(0), std::chrono::milliseconds(100), [&] {
     keep_mpi_moving();
     fail_if_a_peer_died();
     deadline.poll(std::chrono::steady_clock::now());

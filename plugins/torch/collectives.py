@@ -16,6 +16,7 @@ from horo.alltoall import split_counts
 from horo.allreduce import group_names, tensor_list
 from horo.enqueue import enqueue_group, refusing, returning
 from horo.errors import HoroValueError
+from horo.handles import blocking
 from horo.process_sets import global_process_set
 from horo.torch import autograd
 from horo.torch.compression import Compression
@@ -70,6 +71,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _allreduce_checked(t, name, op, prescale_factor, postscale_factor, process_set, True, tensor)
 
 
+@blocking
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` across ranks into a new tensor; differentiable."""
@@ -84,6 +86,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(reduced, ctx)
 
 
+@blocking
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduces `tensor` across ranks in place and returns it."""
@@ -112,6 +115,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, True)
 
 
+@blocking
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
     """Allreduces each tensor (fused); returns the list of results; differentiable."""
@@ -128,6 +132,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     return [compression.decompress(t, ctx) for t, ctx in zip(reduced, ctxs)]
 
 
+@blocking
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
@@ -151,6 +156,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _allgather_checked(_checked(tensor, name, "allgather", process_set), name, process_set)
 
 
+@blocking
 def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's `tensor` concatenated along the first dimension; differentiable."""
     if _differentiable((tensor,)):
@@ -165,6 +171,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                                      for t, n in zip(ts, names)))
 
 
+@blocking
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers each tensor (fused); returns the list of results; differentiable."""
     if _differentiable(tensor_list(tensors, "grouped_allgather")):
@@ -191,6 +198,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return enqueue("broadcast", name, t, t, returning(tensor), root=root_rank, process_set=process_set)
 
 
+@blocking
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """A new tensor holding root_rank's `tensor`; differentiable."""
     if _differentiable((tensor,)):
@@ -198,6 +206,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
+@blocking
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites `tensor` with root_rank's, in place, and returns it."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
@@ -246,6 +255,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return enqueue("alltoall", name, t, None, finish, splits=send, process_set=process_set)
 
 
+@blocking
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Rank r sends splits[j] rows to rank j; returns the received rows, and with `splits`
     given also how many came from each rank (Horovod's return convention); differentiable."""
@@ -280,6 +290,7 @@ def reducescatter_async(tensor, name=None, op=ops.Average, process_set=global_pr
     return _reducescatter_checked(t, name, op, process_set, prescale_factor, postscale_factor)
 
 
+@blocking
 def reducescatter(tensor, name=None, compression=Compression.none, op=ops.Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """This rank's share (first rows % size ranks get one row more) of the reduction; differentiable."""
@@ -304,6 +315,7 @@ def grouped_reducescatter_async(tensors, name=None, op=ops.Average, process_set=
     ))
 
 
+@blocking
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=ops.Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduce-scatters each tensor (fused); returns the list of shares; differentiable."""

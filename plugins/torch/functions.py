@@ -10,7 +10,7 @@ import torch
 
 from horo import basics
 from horo.enqueue import returning
-from horo.handles import synchronize_all
+from horo.handles import blocking, synchronize_all
 from horo.objects import allgather_object, broadcast_object
 from horo.process_sets import global_process_set
 from horo.torch.enqueue import enqueue, tensor_name
@@ -27,6 +27,7 @@ def _broadcast_in_place_async(tensor, root_rank, name, process_set):
     return enqueue("broadcast", name, t, t, returning(tensor), root=root_rank, process_set=process_set)
 
 
+@blocking
 def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
     """Overwrites every tensor in `params` with root_rank's, in place.
 
@@ -53,6 +54,7 @@ def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
     synchronize_all(handles)
 
 
+@blocking
 def broadcast_optimizer_state(optimizer, root_rank=0, process_set=global_process_set):
     """Makes every rank's optimizer state and hyper-parameters (lr, betas, ...) root_rank's.
 

@@ -155,6 +155,44 @@ def test_process_sets_get_their_own_segment(hvd):
         hvd.remove_process_set(even)
 
 
+def engine_thread_activity():
+    """(context switches, CPU ticks) of this process's background thread so far."""
+    for tid in os.listdir("/proc/self/task"):
+        if open(f"/proc/self/task/{tid}/comm").read().strip() == "horo-engine":
+            status = open(f"/proc/self/task/{tid}/status").read()
+            switches = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+            fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            return switches, int(fields[11]) + int(fields[12])
+    raise AssertionError("no thread named horo-engine in this process")
+
+
+def test_blocking_calls_run_on_the_caller_without_waking_the_background_thread(hvd):
+    # With a rank per core, each wake-up of the background thread takes the core a
+    # rank's caller runs on (it cost 10-15 us per call at np=2 on 2 cores).
+    if WORLD != 2 or (os.cpu_count() or 1) < WORLD:
+        pytest.skip("measured with one rank per core, at np=2")
+    x = np.ones(1024, np.float32)
+    for _ in range(200):
+        hvd.allreduce(x, name="blocking.warm")
+    calls = 2000
+    before, _ = engine_thread_activity()
+    for _ in range(calls):
+        hvd.allreduce(x, name="blocking")
+    woken = engine_thread_activity()[0] - before
+    assert woken <= calls * 0.05, f"the background thread switched in {woken} times over {calls} blocking calls"
+
+
+def test_idle_background_thread_takes_no_cpu(hvd):
+    hvd.barrier()
+    switches, ticks = engine_thread_activity()
+    time.sleep(1.0)
+    switches_after, ticks_after = engine_thread_activity()
+    # It sleeps on the segment in 100 ms slices (MPI gets a poke between them): about 10 wake-ups.
+    woke = switches_after - switches
+    assert woke <= 20, f"idle for 1 s, the background thread woke {woke} times"
+    assert ticks_after - ticks <= 1, f"idle for 1 s, the background thread used {ticks_after - ticks} CPU ticks"
+
+
 def test_a_rank_that_exits_mid_collective_ends_the_job(hvd):
     """Selected on its own by the driver: rank 1 dies while the others wait for it in shared memory."""
     if os.environ.get("HORO_TEST_KILL_RANK") is None:
