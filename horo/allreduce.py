@@ -17,8 +17,11 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Starts an out-of-place allreduce; returns a handle for synchronize()."""
     name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
-    with refusing("allreduce", name, process_set):
+    try:  # not `with refusing(...)`: the hot path, and a try costs nothing until it raises
         array = as_array(tensor, name)
+    except Exception as e:
+        refusing("allreduce", name, process_set).announce(e)
+        raise
     return _enqueue(array, empty_like(array), name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -26,8 +29,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Starts an in-place allreduce of `tensor`; returns a handle for synchronize()."""
     name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
-    with refusing("allreduce", name, process_set):
+    try:  # not `with refusing(...)`: the hot path, and a try costs nothing until it raises
         array = as_array(tensor, name, in_place=True)
+    except Exception as e:
+        refusing("allreduce", name, process_set).announce(e)
+        raise
     # A DLPack/buffer view reduces in place in the caller's memory: hand the caller's object back.
     return _enqueue(array, array, name, op, prescale_factor, postscale_factor, process_set, result=tensor)
 

@@ -62,16 +62,19 @@ def poll(handle):
 def synchronize(handle):
     """Waits for `handle` and returns its output; raises horo.HorovodInternalError (a horo.HoroError
     and a RuntimeError) if it failed."""
-    _checked(handle, "synchronize")
-    if handle in _outstanding and not _core.is_initialized():
-        name = _outstanding.pop(handle)[0]
-        raise HorovodInternalError(f"'{name}': horo was shut down while this collective was pending")
+    if type(handle) is not int:  # the hot path: one type test instead of _checked's two
+        _checked(handle, "synchronize")
     entry = _outstanding.get(handle)
     stream = entry[3]() if entry is not None and entry[3] is not None else 0
     try:
         result = _core.wait(handle, stream)
     except HoroError:
         _outstanding.pop(handle, None)
+        raise
+    except ValueError:  # the core is not running: it says so before looking at the handle
+        if entry is not None and not _core.is_initialized():
+            _outstanding.pop(handle)
+            raise HorovodInternalError(f"'{entry[0]}': horo was shut down while this collective was pending") from None
         raise
     # Anything else (KeyboardInterrupt, a SIGALRM timeout) left the collective
     # running: its buffers stay alive and synchronize(handle) may be called again.

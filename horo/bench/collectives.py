@@ -75,7 +75,10 @@ class Case:
         if c == "reducescatter":
             return lambda: horo.reducescatter(x, op=op, name=name)
         if c == "broadcast":
-            return lambda: horo.broadcast(x, root_rank=self.root, name=name)
+            # In place, as MPI's Bcast below: the root sends its input as it is, the others
+            # receive into one buffer (out of place, the root would copy its input first).
+            buf = x if self.rank == self.root else np.empty(self.out_count, dtype=self.dtype)
+            return lambda: horo.broadcast_(buf, root_rank=self.root, name=name)
         if c == "allgather":
             return lambda: horo.allgather(x, name=name)
         return lambda: horo.alltoall(x, name=name)
