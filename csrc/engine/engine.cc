@@ -263,15 +263,17 @@ void Engine::help(int handle) {
     do {
       run_pass();
     } while (!done() && spin_for(news, std::chrono::microseconds(tunables_.spin_microseconds)) && !done());
-    // A peer whose caller came back first has begun its next cycle: join it now
-    // (one negotiation step) rather than wake the background thread for it.
-    if (!stop_ && !shutdown_requested_ && global.peers_ahead()) run_pass();
   } catch (...) {
     // The background thread ends the engine the way it would have had it run this cycle.
     helper_failure_ = std::current_exception();
   }
   global.set_caller_cycles(false);
-  const bool more = stop_ || helper_failure_ || queue_.has_work() || any_pending() || global.peers_ahead();
+  // A peer that has begun its next cycle is not a reason to wake the background
+  // thread (that wake-up took the core this rank's caller runs on): the cycle
+  // cannot finish before this rank's next tensor, which this caller brings or
+  // whose enqueue wakes the thread; a cycle about nothing of this rank's (a
+  // shutdown) is found by the idle wait, which looks at its peers every 100 ms.
+  const bool more = stop_ || helper_failure_ || queue_.has_work() || any_pending();
   lock.unlock();
   if (more) queue_.wake();  // the background thread takes over
 }

@@ -98,10 +98,10 @@ void ShmTransport::step() {
   // collective): the deadline finds out whether its host, or another, is still there.
   if (spin_for(everyone_here, spin_)) return;
   // A peer whose caller runs its cycles joins by itself; any other may sleep
-  // idle and must hear that a cycle began (seq store above, then this load:
-  // a caller that stops after it sees the new seq in peers_ahead()). Not
-  // before the spin: a peer's caller usually comes within it, and a woken
-  // background thread would take the core a rank's caller runs on.
+  // idle and should hear that a cycle began. Not before the spin: a peer's
+  // caller usually comes within it, and a woken background thread would take
+  // the core a rank's caller runs on. (A peer whose caller stops after this
+  // load finds the cycle with its next tensor, or in its idle wait's next look.)
   for (int p = 0; p < size_; ++p) {
     if (p != rank_ && segment_.state(p).caller_cycles.load(std::memory_order_seq_cst) == 0) {
       ring(segment_.state(p).idle);

@@ -90,8 +90,9 @@ class Transport {
   virtual bool watches_peers() const { return false; }
   virtual bool peers_ahead() { return false; }
   // A caller thread runs this rank's cycles for now (on), or has stopped (off):
-  // peers need not wake this rank's idle wait_for_peers() meanwhile. After
-  // `off`, the caller checks peers_ahead() and wakes the idle wait itself.
+  // peers need not wake this rank's idle wait_for_peers() meanwhile. A cycle a
+  // peer began just before `off` may go unrung: the idle wait looks at its
+  // peers at least every 100 ms, and this rank's next enqueue joins it.
   virtual void set_caller_cycles(bool /*on*/) {}
 };
 

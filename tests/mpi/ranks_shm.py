@@ -9,6 +9,7 @@ Runs inside each MPI rank under HORO_TRANSPORT=shm (see tests/test_shm.py).
 import os
 import signal
 import stat
+import statistics
 import time
 
 import numpy as np
@@ -155,12 +156,12 @@ def test_process_sets_get_their_own_segment(hvd):
         hvd.remove_process_set(even)
 
 
-def engine_thread_activity():
-    """(context switches, CPU ticks) of this process's background thread so far."""
+def engine_thread_activity(kinds=("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+    """(context switches of the given kinds, CPU ticks) of this process's background thread so far."""
     for tid in os.listdir("/proc/self/task"):
         if open(f"/proc/self/task/{tid}/comm").read().strip() == "horo-engine":
             status = open(f"/proc/self/task/{tid}/status").read()
-            switches = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+            switches = sum(int(line.split()[1]) for line in status.splitlines() if line.split(":")[0] in kinds)
             fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
             return switches, int(fields[11]) + int(fields[12])
     raise AssertionError("no thread named horo-engine in this process")
@@ -174,19 +175,27 @@ def test_blocking_calls_run_on_the_caller_without_waking_the_background_thread(h
     x = np.ones(1024, np.float32)
     for _ in range(200):
         hvd.allreduce(x, name="blocking.warm")
-    calls = 2000
-    before, _ = engine_thread_activity()
-    for _ in range(calls):
-        hvd.allreduce(x, name="blocking")
-    woken = engine_thread_activity()[0] - before
-    assert woken <= calls * 0.05, f"the background thread switched in {woken} times over {calls} blocking calls"
+    # The median of several batches: on a shared host, a batch now and then lands
+    # while both ranks share one core (a few hundred wake-ups), which is not horo's doing.
+    calls, batches = 1000, []
+    for _ in range(5):
+        before, _ = engine_thread_activity()
+        for _ in range(calls):
+            hvd.allreduce(x, name="blocking")
+        batches.append(engine_thread_activity()[0] - before)
+    woken = statistics.median(batches)
+    assert woken <= calls * 0.05, f"the background thread switched in {batches} times per {calls} blocking calls"
 
 
 def test_idle_background_thread_takes_no_cpu(hvd):
     hvd.barrier()
-    switches, ticks = engine_thread_activity()
+    time.sleep(0.2)  # a peer still finishing the barrier may ring this rank once or twice
+    # Wake-ups are the sleeps that end (voluntary switches); with more ranks than
+    # cores, a wake-up may also be preempted, which is the scheduler's count, not horo's.
+    sleeps = ("voluntary_ctxt_switches",)
+    switches, ticks = engine_thread_activity(sleeps)
     time.sleep(1.0)
-    switches_after, ticks_after = engine_thread_activity()
+    switches_after, ticks_after = engine_thread_activity(sleeps)
     # It sleeps on the segment in 100 ms slices (MPI gets a poke between them): about 10 wake-ups.
     woke = switches_after - switches
     assert woke <= 20, f"idle for 1 s, the background thread woke {woke} times"
