@@ -27,18 +27,21 @@ def tensor_name(name, collective, process_set=None):
 
 
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),
-            process_set=None):
-    """Hands `array` (and `output`, or None for a core-allocated one) to the core; returns the handle."""
+            process_set=None, waits=False):
+    """Hands `array` (and `output`, or None for a core-allocated one) to the core; returns the handle.
+    `waits`: the caller synchronizes it at once (as any call inside a @blocking one does)."""
     try:  # not `with refusing(...)`: the hot path, and a try costs nothing until it raises
         dtype_code = dtypes.code_of(array.dtype, name)
     except Exception as e:
         refusing(collective, name, process_set).announce(e)
         raise
-    gpu = isinstance(array, CudaBuffer)
-    return submit(collective, name, address(array), 0 if output is None else address(output),
-                  dtype_code, array.shape, finish, (array, output), op, prescale, postscale,
-                  root, splits, process_set, device=array.device if gpu else -1, stream=array.stream if gpu else 0,
-                  caller_stream=array.caller_stream if gpu else None)
+    if isinstance(array, CudaBuffer):
+        return submit(collective, name, array.address, 0 if output is None else address(output), dtype_code,
+                      array.shape, finish, (array, output), op, prescale, postscale, root, splits, process_set,
+                      array.device, array.stream, array.caller_stream, waits)
+    return submit(collective, name, _core.data_address(array), 0 if output is None else _core.data_address(output),
+                  dtype_code, array.shape, finish, (array, output), op, prescale, postscale, root, splits,
+                  process_set, waits=waits)
 
 
 class refusing:
@@ -89,11 +92,11 @@ def checked_scale(factor, which, name):
 
 def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,
            prescale=1.0, postscale=1.0, root=0, splits=(), process_set=None, device=-1, stream=0,
-           caller_stream=None):
+           caller_stream=None, waits=False):
     """The core's enqueue for a described buffer (the framework plugins describe theirs without
     NumPy); `keepalive` holds the buffers until synchronize(), since the core reads and writes them.
     GPU buffers: `device` (>= 0), the producer's `stream`, and `caller_stream()`, called at
-    synchronize() for the stream that must wait for the results."""
+    synchronize() for the stream that must wait for the results. `waits`: as enqueue()'s."""
     set_id = 0 if process_set is None else process_sets.resolve(process_set, name)[0]
     if type(root) is not int or type(prescale) is not float or type(postscale) is not float:
         with refusing(collective, name, process_set):  # the common case (defaults) skips the checks
@@ -101,7 +104,7 @@ def submit(collective, name, input_address, output_address, dtype_code, shape, f
             prescale = checked_scale(prescale, "prescale_factor", name)
             postscale = checked_scale(postscale, "postscale_factor", name)
     handle = _core.enqueue(_CODES[collective], name, input_address, output_address, dtype_code, shape, op,
-                           prescale, postscale, root, list(splits), set_id, device, stream, caller_waits())
+                           prescale, postscale, root, list(splits), set_id, device, stream, waits or caller_waits())
     return track(handle, name, finish, keepalive, caller_stream)
 
 
