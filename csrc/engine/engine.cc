@@ -43,7 +43,11 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   add_set(0, std::move(transport), std::move(everyone));
   Transport* global = sets_.at(0).transport.get();
   queue_.set_on_work([global] { global->wake_local(); });
-  callers_may_run_ = global->watches_peers();
+  // Where the global set watches its peers, or this rank has none (a job of one),
+  // the background thread needs no polling period, and a waiting caller may run
+  // its own cycle.
+  alone_ = global->size() == 1;
+  callers_may_run_ = global->watches_peers() || alone_;
   thread_ = std::thread([this] { loop(); });
   pthread_setname_np(thread_.native_handle(), "horo-engine");  // in top -H, gdb and /proc/*/task/*/comm
 }
@@ -163,7 +167,9 @@ void Engine::loop() {
         const bool callback_work = callback_work_.exchange(false);
         if (callers_may_run_ && !shutdown_requested_ && !callback_work) std::this_thread::sleep_for(kCallerGrace);
       } else {
-        queue_.wait_for_work(pending ? backoff : cycle_time);
+        // Alone, nothing comes from peers: sleep until this rank has work. Where callers
+        // run their cycles, a spin here would only take their tensors from them.
+        queue_.wait_for_work(pending ? backoff : (alone_ ? kIdleWakeup : cycle_time), !callers_may_run_);
       }
       bool progressed;
       {

@@ -93,12 +93,12 @@ std::vector<TensorEntry> TensorQueue::take_all_of(int process_set) {
   return out;
 }
 
-void TensorQueue::wait_for_work(std::chrono::microseconds timeout) {
+void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool spin) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto ready = [&] { return woken_ || !new_requests_.empty(); };
   // Tensors tend to come in bursts (a backward pass, a loop of calls): a
   // short yielding spin catches the next one without a sleep/wake round trip.
-  const auto spin_until = std::chrono::steady_clock::now() + std::min(timeout, spin_);
+  const auto spin_until = std::chrono::steady_clock::now() + (spin ? std::min(timeout, spin_) : timeout.zero());
   while (!ready() && std::chrono::steady_clock::now() < spin_until) {
     lock.unlock();
     std::this_thread::yield();

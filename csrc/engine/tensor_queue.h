@@ -80,8 +80,9 @@ class TensorQueue {
   bool take(int process_set, const std::string& name, TensorEntry* entry);
   std::vector<TensorEntry> take_all();
   std::vector<TensorEntry> take_all_of(int process_set);
-  // Sleeps until something is pushed, wake() is called, or `timeout` passes.
-  void wait_for_work(std::chrono::microseconds timeout);
+  // Sleeps until something is pushed, wake() is called, or `timeout` passes;
+  // `spin`: first spins (yielding) for up to set_spin()'s time.
+  void wait_for_work(std::chrono::microseconds timeout, bool spin = true);
   void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
   void wake();
   // For waits on something other than this queue (a transport's doorbell):
