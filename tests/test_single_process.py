@@ -188,7 +188,11 @@ def test_a_world_of_one_runs_on_the_caller_and_sleeps_when_idle():
 
         def engine_thread():
             for tid in os.listdir("/proc/self/task"):
-                if open(f"/proc/self/task/{tid}/comm").read().strip() == "horo-engine":
+                try:
+                    comm = open(f"/proc/self/task/{tid}/comm").read().strip()
+                except OSError:  # a thread that has ended since the listing
+                    continue
+                if comm == "horo-engine":
                     status = open(f"/proc/self/task/{tid}/status").read()
                     return sum(int(l.split()[1]) for l in status.splitlines() if "ctxt_switches" in l)
             raise AssertionError("no thread named horo-engine")

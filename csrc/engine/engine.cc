@@ -46,8 +46,7 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   // Where the global set watches its peers, or this rank has none (a job of one),
   // the background thread needs no polling period, and a waiting caller may run
   // its own cycle.
-  alone_ = global->size() == 1;
-  callers_may_run_ = global->watches_peers() || alone_;
+  callers_may_run_ = global->watches_peers() || global->size() == 1;
   thread_ = std::thread([this] { loop(); });
   pthread_setname_np(thread_.native_handle(), "horo-engine");  // in top -H, gdb and /proc/*/task/*/comm
 }
@@ -142,6 +141,8 @@ void Engine::loop() {
   auto backoff = microseconds(0);  // grows while pending tensors make no progress
   // Set 0 lives until the loop ends; its transport is safe to wait on without the lock.
   Transport* global = sets_.at(0).transport.get();
+  // Alone (a job of one rank), nothing comes from peers: the idle loop needs no polling period.
+  const auto idle_wait = global->size() == 1 ? kIdleWakeup : cycle_time;
   try {
     for (;;) {
       bool pending;
@@ -167,9 +168,8 @@ void Engine::loop() {
         const bool callback_work = callback_work_.exchange(false);
         if (callers_may_run_ && !shutdown_requested_ && !callback_work) std::this_thread::sleep_for(kCallerGrace);
       } else {
-        // Alone, nothing comes from peers: sleep until this rank has work. Where callers
-        // run their cycles, a spin here would only take their tensors from them.
-        queue_.wait_for_work(pending ? backoff : (alone_ ? kIdleWakeup : cycle_time), !callers_may_run_);
+        // Where callers run their cycles, a spin here would only take their tensors from them.
+        queue_.wait_for_work(pending ? backoff : idle_wait, !callers_may_run_);
       }
       bool progressed;
       {
@@ -251,9 +251,12 @@ bool Engine::run_pass() {
 }
 
 void Engine::help(int handle) {
-  // Whoever returns without running the cycle hands it to the background
-  // thread, which a blocking caller's enqueue did not wake.
-  if (!callers_may_run_ || shutdown_requested_) return queue_.wake();
+  // Where callers may not run cycles, the enqueue woke the background thread (a
+  // CUDA tensor that turns them off is pushed with a wake, which takes every
+  // request). Otherwise whoever returns without running the cycle hands it to the
+  // background thread, which a blocking caller's enqueue did not wake.
+  if (!callers_may_run_) return;
+  if (shutdown_requested_) return queue_.wake();
   // The background thread may be in a cycle (one a peer began, before this caller
   // came): wait for it a little rather than hand over, since it ends within microseconds
   // unless a large collective runs, and then a waiter gains nothing.

@@ -99,7 +99,6 @@ class Engine {
   // Callers may run cycles: the global transport watches its peers, and no GPU
   // tensor has been seen (their CUDA context belongs to the background thread).
   std::atomic<bool> callers_may_run_{false};
-  bool alone_ = false;  // the job is this one rank: no peer's cycle to poll for
   std::atomic<bool> callback_work_{false};  // a tensor with a completion callback came since the last wake-up
   int next_set_id_ = 1;
   std::atomic<bool> shutdown_requested_{false};

@@ -98,7 +98,7 @@ void TensorQueue::wait_for_work(std::chrono::microseconds timeout, bool spin) {
   auto ready = [&] { return woken_ || !new_requests_.empty(); };
   // Tensors tend to come in bursts (a backward pass, a loop of calls): a
   // short yielding spin catches the next one without a sleep/wake round trip.
-  const auto spin_until = std::chrono::steady_clock::now() + (spin ? std::min(timeout, spin_) : timeout.zero());
+  const auto spin_until = std::chrono::steady_clock::now() + (spin ? std::min(timeout, spin_) : std::chrono::microseconds(0));
   while (!ready() && std::chrono::steady_clock::now() < spin_until) {
     lock.unlock();
     std::this_thread::yield();
