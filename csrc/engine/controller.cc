@@ -42,7 +42,7 @@ Controller::Controller(Transport& transport, const Tunables& tunables, std::vect
     : transport_(transport), tunables_(tunables), members_(std::move(members)), cache_(tunables.cache_capacity),
       last_stall_check_(Clock::now()) {}
 
-Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool shutdown_requested) {
+Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool shutdown_requested) {
   const auto now = Clock::now();
   for (auto& q : new_requests) {
     joined_ |= q.type == CollectiveType::kJoin;
@@ -53,7 +53,8 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
   const int bits = cache_.bit_bound();
   const size_t nwords = (bits + 63) / 64;
   const size_t ready_at = 1, valid_at = 1 + nwords;
-  std::vector<uint64_t> words(1 + 2 * nwords, 0);
+  std::vector<uint64_t>& words = words_;
+  words.assign(1 + 2 * nwords, 0);
   std::fill(words.begin() + valid_at, words.end(), ~uint64_t(0));
   bool must_negotiate = transport_.rank() == 0 && stall_shutdown_due();
   const double stall_s = tunables_.stall_check_seconds;
@@ -125,7 +126,8 @@ Controller::Cycle Controller::run_cycle(std::vector<Request> new_requests, bool 
   // Cached tensors ready everywhere, in bit order (the same on every rank).
   // Once every rank has joined, nobody holds them: nothing runs from the cache.
   const bool all_joined = words[0] & kFlagJoined;
-  std::vector<bool> ran(pending_.size(), false);
+  std::vector<bool>& ran = ran_;
+  ran.assign(pending_.size(), false);
   for (int bit = 0; bit < bits && !all_joined; ++bit) {
     if (!test_bit(words, ready_at, bit) || !test_bit(words, valid_at, bit)) continue;
     cycle.responses.push_back(cache_.get(bit));

@@ -31,8 +31,8 @@ class Controller {
     std::vector<Response> responses;  // identical on every rank, in execution order
     bool shutdown = false;            // some rank asked to shut down
   };
-  // Collective: every rank must call it once per cycle.
-  Cycle run_cycle(std::vector<Request> new_requests, bool shutdown_requested);
+  // Collective: every rank must call it once per cycle. Takes (moves out) `new_requests`' elements.
+  Cycle run_cycle(std::vector<Request>& new_requests, bool shutdown_requested);
 
   // Local requests still waiting for other ranks.
   bool has_pending() const { return !pending_.empty(); }
@@ -72,6 +72,9 @@ class Controller {
   const std::vector<int> members_;
   ResponseCache cache_;
   std::vector<Pending> pending_;
+  // run_cycle()'s cache bits and which pending requests ran, kept for their capacity.
+  std::vector<uint64_t> words_;
+  std::vector<bool> ran_;
   std::map<std::string, TableEntry> table_;
   std::vector<std::string> table_order_;  // names in arrival order, for response order
   // Requests of ranks already in the table's entry for that name, in arrival

@@ -66,8 +66,6 @@ int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete, bool c
   // GPU work stays on the background thread (device guards would make any thread
   // work, but that path has not run on a GPU yet): no caller runs cycles from here on.
   if (entry.request.memory == Memory::kCuda) callers_may_run_ = false;
-  const std::string name = entry.request.name;
-  const int entry_set = entry.request.process_set;
   if (on_complete) {
     callback_work_ = true;
     // Nobody synchronizes a callback handle: the name is freed when it completes.
@@ -95,7 +93,7 @@ int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete, bool c
   // The loop may have stopped between the check and the push; if it has not
   // failed this entry itself, take it back so the caller hears it now.
   TensorEntry stranded;
-  if (stopped_ && queue_.take(entry_set, name, &stranded)) {
+  if (stopped_ && queue_.take(handle, &stranded)) {
     handles_.forget(handle);
     queue_.release(handle);  // frees the name
     throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
@@ -215,13 +213,14 @@ void Engine::loop() {
 bool Engine::run_pass() {
   const int64_t cycle_start = timeline_.activity_start();
   // Route new requests to their set; a set this rank is not in fails at once.
-  std::map<int, std::vector<Request>> arrived;
-  std::vector<Request> requests = queue_.take_new_requests(&enqueued_at_);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    Request& q = requests[i];
+  // (Members reused pass after pass: a small collective's cycle allocates nothing here.)
+  for (auto& kv : arrived_) kv.second.clear();
+  queue_.take_new_requests(&requests_, &enqueued_at_);
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    Request& q = requests_[i];
     if (sets_.count(q.process_set)) {
       timeline_.negotiation_started(q.process_set, q, enqueued_at_[i], cycle_start);
-      arrived[q.process_set].push_back(std::move(q));
+      arrived_[q.process_set].push_back(std::move(q));
       continue;
     }
     TensorEntry e;
@@ -232,13 +231,12 @@ bool Engine::run_pass() {
   bool progressed = false;
   size_t responses = 0;
   // Ids ascend on every rank, so members of a set reach its cycle in the same order.
-  std::vector<int> ids;
-  for (auto& kv : sets_) ids.push_back(kv.first);
-  for (int id : ids) {
+  set_ids_.clear();
+  for (auto& kv : sets_) set_ids_.push_back(kv.first);
+  for (int id : set_ids_) {
     if (!sets_.count(id)) continue;  // removed earlier in this pass
     const bool global = id == 0;
-    Controller::Cycle cycle =
-        sets_[id].controller->run_cycle(std::move(arrived[id]), global && shutdown_requested_);
+    Controller::Cycle cycle = sets_[id].controller->run_cycle(arrived_[id], global && shutdown_requested_);
     progressed |= !cycle.responses.empty();
     responses += cycle.responses.size();
     timeline_.cycle_finished(id, cycle.responses);
@@ -321,7 +319,8 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
   ProcessSet& set = sets_.at(set_id);
   for (auto& group : plan_fusion(std::move(responses), static_cast<size_t>(tunables_.fusion_threshold_bytes),
                                    static_cast<size_t>(tunables_.fusion_max_tensor_bytes))) {
-    std::vector<TensorEntry> entries;
+    std::vector<TensorEntry>& entries = entries_;  // kept for its capacity
+    entries.clear();
     std::vector<std::vector<char>> stand_ins;  // a joined rank's identity contributions
     for (const Response& r : group) {
       TensorEntry e;

@@ -93,7 +93,11 @@ class Engine {
   // Cycle state: touched only under cycle_mutex_ (by the background thread or a helping caller).
   std::timed_mutex cycle_mutex_;
   std::map<int, ProcessSet> sets_;
+  std::vector<Request> requests_;  // run_pass()'s scratch, kept for its capacity
   std::vector<Timeline::Clock::time_point> enqueued_at_;
+  std::map<int, std::vector<Request>> arrived_;  // set id -> this pass's new requests
+  std::vector<int> set_ids_;
+  std::vector<TensorEntry> entries_;  // execute()'s group, likewise
   bool stop_ = false;                   // a cycle agreed to shut down
   std::exception_ptr helper_failure_;   // a helping caller's cycle threw: the loop rethrows it
   // Callers may run cycles: the global transport watches its peers, and no GPU

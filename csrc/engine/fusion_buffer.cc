@@ -14,6 +14,15 @@ size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements())
 std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes,
                                                size_t max_tensor_bytes) {
   std::vector<std::vector<Response>> groups;
+  // A group of its own, moved in (a braced list would copy the response: its strings and vectors).
+  auto alone = [&groups](Response&& response) {
+    groups.emplace_back();
+    groups.back().push_back(std::move(response));
+  };
+  if (responses.size() == 1) {  // the common small cycle: nothing to fuse with
+    groups.push_back(std::move(responses));
+    return groups;
+  }
   using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double, int32_t, Memory>;
   std::map<Key, size_t> open;  // key -> index into groups of the group still filling
   std::vector<size_t> filled(0);
@@ -26,7 +35,7 @@ std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, 
     // through the fusion buffer would only add two copies of it.
     if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable ||
         bytes_of(q) > max_tensor_bytes) {
-      groups.push_back({std::move(response)});
+      alone(std::move(response));
       filled.push_back(0);
       continue;
     }
@@ -39,7 +48,7 @@ std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, 
       continue;
     }
     open[key] = groups.size();
-    groups.push_back({std::move(response)});
+    alone(std::move(response));
     filled.push_back(bytes);
   }
   return groups;

@@ -19,13 +19,14 @@ int HandleTable::create(Callback on_complete) {
   const int handle = g_next_handle++;
   State state;
   state.on_complete = std::move(on_complete);
-  states_.emplace(handle, std::move(state));
+  nodes_.insert(states_, handle, std::move(state));
   return handle;
 }
 
 void HandleTable::forget(int handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  states_.erase(handle);
+  auto it = states_.find(handle);
+  if (it != states_.end()) nodes_.erase(states_, it);
 }
 
 void HandleTable::complete(int handle, std::string error, std::shared_ptr<AllocatedOutput> allocated) {
@@ -36,7 +37,7 @@ void HandleTable::complete(int handle, std::string error, std::shared_ptr<Alloca
     if (it == states_.end()) return;
     if (it->second.on_complete) {
       on_complete = std::move(it->second.on_complete);
-      states_.erase(it);
+      nodes_.erase(states_, it);
     } else {
       it->second.done = true;
       it->second.result = Result{std::move(error), std::move(allocated)};
@@ -75,7 +76,7 @@ bool HandleTable::wait_for(int handle, std::chrono::milliseconds timeout, Result
   }
   if (!done_cv_.wait_for(lock, timeout, [&] { return state.done; })) return false;
   *result = std::move(state.result);
-  states_.erase(handle);
+  nodes_.erase(states_, states_.find(handle));
   return true;
 }
 

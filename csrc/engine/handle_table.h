@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/node_pool.h"
 #include "engine/tensor_queue.h"
 
 namespace horo {
@@ -46,6 +47,7 @@ class HandleTable {
   std::mutex mutex_;
   std::condition_variable done_cv_;
   std::unordered_map<int, State> states_;
+  NodePool<std::unordered_map<int, State>> nodes_;
   std::chrono::microseconds spin_{0};
 };
 

@@ -7,25 +7,22 @@
 
 namespace horo {
 
-namespace {
-std::string key_of(int process_set, const std::string& name) { return std::to_string(process_set) + ':' + name; }
-}  // namespace
 
 void TensorQueue::push(TensorEntry entry, bool notify) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::string& name = entry.request.name;
-    const std::string key = key_of(entry.request.process_set, name);
+    const std::string& key = key_of(entry.request.process_set, name);
     if (taken_.count(key)) {
       throw ArgumentError(std::string(collective_name(entry.request.type)) + " '" + name +
                           "': a tensor with this name is already in flight on this rank (its handle has not been "
                           "synchronized); synchronize it first or give the new one another name");
     }
-    taken_.emplace(key, entry.handle);
-    key_of_handle_.emplace(entry.handle, key);
+    taken_nodes_.insert(taken_, key, entry.handle);
+    key_nodes_.insert(key_of_handle_, entry.handle, key);
     new_requests_.push_back(entry.request);
     new_enqueued_at_.push_back(entry.enqueued_at);
-    in_flight_.emplace(key, std::move(entry));
+    entry_nodes_.insert(in_flight_, key, std::move(entry));
   }
   if (!notify) return;
   work_cv_.notify_one();
@@ -45,19 +42,18 @@ void TensorQueue::release(int handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = key_of_handle_.find(handle);
   if (it == key_of_handle_.end()) return;
-  taken_.erase(it->second);
-  key_of_handle_.erase(it);
+  taken_nodes_.erase(taken_, taken_.find(it->second));
+  key_nodes_.erase(key_of_handle_, it);
 }
 
-std::vector<Request> TensorQueue::take_new_requests(std::vector<std::chrono::steady_clock::time_point>* enqueued_at) {
+void TensorQueue::take_new_requests(std::vector<Request>* requests,
+                                    std::vector<std::chrono::steady_clock::time_point>* enqueued_at) {
+  // Swapped, not moved: the queue keeps the caller's emptied vectors and their capacity.
+  requests->clear();
+  enqueued_at->clear();
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<Request> out;
-  out.swap(new_requests_);
-  if (enqueued_at) {
-    enqueued_at->swap(new_enqueued_at_);
-  }
-  new_enqueued_at_.clear();
-  return out;
+  requests->swap(new_requests_);
+  enqueued_at->swap(new_enqueued_at_);
 }
 
 bool TensorQueue::take(int process_set, const std::string& name, TensorEntry* entry) {
@@ -65,7 +61,18 @@ bool TensorQueue::take(int process_set, const std::string& name, TensorEntry* en
   auto it = in_flight_.find(key_of(process_set, name));
   if (it == in_flight_.end()) return false;
   *entry = std::move(it->second);
-  in_flight_.erase(it);
+  entry_nodes_.erase(in_flight_, it);
+  return true;
+}
+
+bool TensorQueue::take(int handle, TensorEntry* entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto key = key_of_handle_.find(handle);
+  if (key == key_of_handle_.end()) return false;
+  auto it = in_flight_.find(key->second);
+  if (it == in_flight_.end()) return false;
+  *entry = std::move(it->second);
+  entry_nodes_.erase(in_flight_, it);
   return true;
 }
 
@@ -125,6 +132,14 @@ bool TensorQueue::has_work() {
 void TensorQueue::clear_woken() {
   std::lock_guard<std::mutex> lock(mutex_);
   woken_ = false;
+}
+
+const std::string& TensorQueue::key_of(int process_set, const std::string& name) {
+  key_.clear();
+  key_ += std::to_string(process_set);
+  key_ += ':';
+  key_ += name;
+  return key_;
 }
 
 void TensorQueue::set_on_work(std::function<void()> fn) {

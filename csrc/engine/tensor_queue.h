@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/node_pool.h"
 #include "engine/buffer_pool.h"
 #include "gpu/cuda_event.h"
 #include "gpu/device_memory.h"
@@ -73,11 +74,13 @@ class TensorQueue {
   // A tensor this rank refused at submission (request.rejection says why):
   // it travels to the coordinator like a request but holds no buffer.
   void push_rejection(Request request);
-  // Requests pushed since the last call, in push order; `enqueued_at`
-  // (optional) receives their entries' enqueued_at, in the same order.
-  std::vector<Request> take_new_requests(std::vector<std::chrono::steady_clock::time_point>* enqueued_at = nullptr);
+  // Requests pushed since the last call, in push order, and their entries'
+  // enqueued_at in the same order (both vectors are replaced).
+  void take_new_requests(std::vector<Request>* requests, std::vector<std::chrono::steady_clock::time_point>* enqueued_at);
   // Removes and returns the in-flight entry; false if there is none.
   bool take(int process_set, const std::string& name, TensorEntry* entry);
+  // Likewise, for the entry pushed with `handle` (its name stays taken until release()).
+  bool take(int handle, TensorEntry* entry);
   std::vector<TensorEntry> take_all();
   std::vector<TensorEntry> take_all_of(int process_set);
   // Sleeps until something is pushed, wake() is called, or `timeout` passes;
@@ -102,6 +105,11 @@ class TensorQueue {
   std::unordered_map<std::string, TensorEntry> in_flight_;
   std::unordered_map<std::string, int> taken_;  // key -> handle
   std::unordered_map<int, std::string> key_of_handle_;
+  NodePool<std::unordered_map<std::string, TensorEntry>> entry_nodes_;
+  NodePool<std::unordered_map<std::string, int>> taken_nodes_;
+  NodePool<std::unordered_map<int, std::string>> key_nodes_;
+  std::string key_;  // key_of()'s result, reused so a long name costs no allocation per call
+  const std::string& key_of(int process_set, const std::string& name);
   std::vector<Request> new_requests_;
   std::vector<std::chrono::steady_clock::time_point> new_enqueued_at_;
   std::mutex on_work_mutex_;

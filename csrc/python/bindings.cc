@@ -113,7 +113,7 @@ void describe_gpu_tensor(TensorEntry& entry, const std::string& kind, int device
   entry.ready = std::make_shared<CudaEvent>(device, reinterpret_cast<cuda::Stream>(stream));
 }
 
-int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
+int enqueue(int type, std::string name, uintptr_t input, uintptr_t output, int dtype,
             std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
             std::vector<int64_t> splits, int process_set, int device, uintptr_t stream, bool caller_waits) {
   require_init();
@@ -140,7 +140,7 @@ int enqueue(int type, const std::string& name, uintptr_t input, uintptr_t output
   entry.request.prescale = prescale;
   entry.request.postscale = postscale;
   entry.request.shape = std::move(shape);
-  entry.request.name = name;
+  entry.request.name = std::move(name);  // from here on, the entry holds the name
   entry.request.root = root;
   entry.request.splits = std::move(splits);
   entry.request.process_set = process_set;

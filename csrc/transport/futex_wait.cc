@@ -40,7 +40,7 @@ void ring(Doorbell& bell) {
   futex_wake_shared(&bell.epoch);
 }
 
-bool spin_for(const std::function<bool()>& ready, std::chrono::microseconds spin) {
+bool spin_for(FunctionRef<bool()> ready, std::chrono::microseconds spin) {
   if (ready()) return true;
   if (spin.count() <= 0) return false;
   using clock = std::chrono::steady_clock;
@@ -60,8 +60,8 @@ bool spin_for(const std::function<bool()>& ready, std::chrono::microseconds spin
   }
 }
 
-void wait_until(Doorbell& bell, const std::function<bool()>& ready, std::chrono::microseconds spin,
-                std::chrono::microseconds check_every, const std::function<void()>& on_slow) {
+void wait_until(Doorbell& bell, FunctionRef<bool()> ready, std::chrono::microseconds spin,
+                std::chrono::microseconds check_every, FunctionRef<void()> on_slow) {
   if (spin_for(ready, spin)) return;
   while (true) {
     // Register, then re-test: a ringer either sees us registered (and bumps

@@ -8,7 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
+
+#include "common/function_ref.h"
 
 namespace horo {
 
@@ -30,13 +31,13 @@ void ring(Doorbell& bell);
 
 // Spins (a few microseconds with a CPU pause, then yielding the core) until
 // ready() holds or `spin` has passed; returns ready().
-bool spin_for(const std::function<bool()>& ready, std::chrono::microseconds spin);
+bool spin_for(FunctionRef<bool()> ready, std::chrono::microseconds spin);
 
 // Returns when ready() holds. Spins (with a CPU pause) for `spin`, then
 // sleeps on `bell` in slices of `check_every`; after each slice that ends
 // with ready() still false, calls on_slow() (which may throw, e.g. on a dead
 // peer) so a wait never outlives the job.
-void wait_until(Doorbell& bell, const std::function<bool()>& ready, std::chrono::microseconds spin,
-                std::chrono::microseconds check_every, const std::function<void()>& on_slow);
+void wait_until(Doorbell& bell, FunctionRef<bool()> ready, std::chrono::microseconds spin,
+                std::chrono::microseconds check_every, FunctionRef<void()> on_slow);
 
 }  // namespace horo

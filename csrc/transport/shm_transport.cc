@@ -122,7 +122,7 @@ bool ShmTransport::peers_ahead() {
   return false;
 }
 
-bool ShmTransport::wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout,
+bool ShmTransport::wait_for_peers(FunctionRef<bool()> local_work, std::chrono::microseconds timeout,
                                   bool spin) {
   auto ready = [&] { return local_work() || peers_ahead(); };
   // Calls often come back to back (a training step's gradients, a latency loop):

@@ -55,7 +55,7 @@ class ShmTransport : public Transport {
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
   void broadcast_bytes(std::string& data, int root) override;
-  bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout,
+  bool wait_for_peers(FunctionRef<bool()> local_work, std::chrono::microseconds timeout,
                       bool spin = true) override;
   void wake_local() override { ring(segment_.state(rank_).idle); }
   bool watches_peers() const override { return true; }

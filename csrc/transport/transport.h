@@ -6,11 +6,11 @@
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/function_ref.h"
 #include "common/types.h"
 
 namespace horo {
@@ -79,7 +79,7 @@ class Transport {
   // engine needs no polling period. Returns false, at once, where it cannot
   // watch its peers: the caller then sleeps its own way.
   // `spin`: spin briefly before sleeping (a peer's answer is usually microseconds away).
-  virtual bool wait_for_peers(const std::function<bool()>& local_work, std::chrono::microseconds timeout,
+  virtual bool wait_for_peers(FunctionRef<bool()> local_work, std::chrono::microseconds timeout,
                               bool spin = true) {
     return false;
   }
