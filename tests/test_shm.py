@@ -55,6 +55,17 @@ def test_two_jobs_on_one_host_do_not_interfere(ranks):
     assert outcomes == [None, None], "\n".join(o for o in outcomes if o)
 
 
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+@pytest.mark.parametrize("np_", [1, 2])
+def test_a_small_collective_allocates_almost_nothing(ranks, tmp_path, np_):
+    # Every malloc of the rank (any thread) is counted by a preloaded counter.
+    counter = tmp_path / "malloc_counter.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(counter), str(REPO_ROOT / "tests" / "malloc_counter.c"),
+                    "-ldl"], check=True)
+    ranks(np_, "ranks_shm.py", env={"LD_PRELOAD": str(counter)}, timeout=LAUNCH_TIMEOUT,
+          select="allocates_almost_nothing")
+
+
 @pytest.mark.timeout(90)
 def test_a_rank_killed_mid_collective_ends_the_job_and_leaves_no_segment(ranks):
     before = horo_segments()
