@@ -7,7 +7,6 @@
 
 namespace horo {
 
-
 void TensorQueue::push(TensorEntry entry, bool notify) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
