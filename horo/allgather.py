@@ -5,22 +5,27 @@ from horo.handles import blocking, synchronize, synchronize_all
 from horo.tensors import as_array
 
 
-def _enqueue(array, name, process_set):
+def _enqueue(array, name, process_set, waits=False):
     if array.ndim == 0:
         array = array.reshape(1)
-    return enqueue("allgather", name, array, None, allocated(array.dtype, array), process_set=process_set)
+    return enqueue("allgather", name, array, None, allocated(array.dtype, array), process_set=process_set,
+                   waits=waits)
 
 
-def allgather_async(tensor, name=None, process_set=None):
+def _start(tensor, name, process_set, waits):
+    # `waits`: allgather() synchronizes at once (see allreduce._start).
     name = tensor_name(name, "allgather", process_set)
     with refusing("allgather", name, process_set):
         array = as_array(tensor, name)
-    return _enqueue(array, name, process_set)
+    return _enqueue(array, name, process_set, waits)
 
 
-@blocking
+def allgather_async(tensor, name=None, process_set=None):
+    return _start(tensor, name, process_set, False)
+
+
 def allgather(tensor, name=None, process_set=None):
-    return synchronize(allgather_async(tensor, name, process_set))
+    return synchronize(_start(tensor, name, process_set, True))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):

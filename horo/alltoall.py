@@ -4,7 +4,7 @@ import numpy as np
 
 from horo import process_sets
 from horo.enqueue import allocated, enqueue, refusing, tensor_name
-from horo.handles import blocking, synchronize
+from horo.handles import synchronize
 from horo.errors import HoroValueError
 from horo.tensors import as_array
 
@@ -19,6 +19,11 @@ def split_counts(splits, name):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    return _start(tensor, splits, name, process_set, False)
+
+
+def _start(tensor, splits, name, process_set, waits):
+    # `waits`: alltoall() synchronizes at once (see allreduce._start).
     name = tensor_name(name, "alltoall", process_set)
     with refusing("alltoall", name, process_set):
         array = as_array(tensor, name)
@@ -39,10 +44,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
         output = rows_of(core_result)
         return (output, core_result[2]) if want_splits else output
 
-    return enqueue("alltoall", name, array, None, finish, splits=send, process_set=process_set)
+    return enqueue("alltoall", name, array, None, finish, splits=send, process_set=process_set, waits=waits)
 
 
-@blocking
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Returns the received rows; with `splits` given, also how many came from each rank."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    return synchronize(_start(tensor, splits, name, process_set, True))

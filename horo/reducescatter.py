@@ -8,14 +8,19 @@ from horo.tensors import as_array, empty
 
 
 def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return _start(tensor, op, name, prescale_factor, postscale_factor, process_set, False)
+
+
+def _start(tensor, op, name, prescale_factor, postscale_factor, process_set, waits):
+    # `waits`: reducescatter() synchronizes at once (see allreduce._start).
     name = tensor_name(name, "reducescatter", process_set)
     op = ops.resolve(op, None, name)
     with refusing("reducescatter", name, process_set):
         array = as_array(tensor, name)
-    return _enqueue(array, op, name, prescale_factor, postscale_factor, process_set)
+    return _enqueue(array, op, name, prescale_factor, postscale_factor, process_set, waits)
 
 
-def _enqueue(array, op, name, prescale_factor, postscale_factor, process_set):
+def _enqueue(array, op, name, prescale_factor, postscale_factor, process_set, waits=False):
     _, me, n = process_sets.resolve(process_set, name)
     if array.ndim == 0:
         output = empty((0,), array.dtype, like=array)  # never written: the coordinator refuses 0-d on every rank
@@ -23,12 +28,11 @@ def _enqueue(array, op, name, prescale_factor, postscale_factor, process_set):
         rows = array.shape[0] // n + (1 if me < array.shape[0] % n else 0)
         output = empty((rows, *array.shape[1:]), array.dtype, like=array)
     return enqueue("reducescatter", name, array, output, returning(output), op, prescale_factor, postscale_factor,
-                   process_set=process_set)
+                   process_set=process_set, waits=waits)
 
 
-@blocking
 def reducescatter(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
+    return synchronize(_start(tensor, op, name, prescale_factor, postscale_factor, process_set, True))
 
 
 def grouped_reducescatter_async(tensors, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
