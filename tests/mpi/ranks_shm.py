@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from engine_thread import engine_thread_activity, pin_threads
 from horo_reference import DTYPES, np_dtype
 
 WORLD = MPI.COMM_WORLD.Get_size()
@@ -154,39 +155,6 @@ def test_process_sets_get_their_own_segment(hvd):
         assert np.array_equal(got, np.full(7, WORLD, np.int32))
     finally:
         hvd.remove_process_set(even)
-
-
-def engine_thread_activity(kinds=("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-    """(context switches of the given kinds, seconds on a CPU) of this process's background thread so far."""
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            comm = open(f"/proc/self/task/{tid}/comm").read().strip()
-        except OSError:  # a thread that has ended since the listing
-            continue
-        if comm == "horo-engine":
-            status = open(f"/proc/self/task/{tid}/status").read()
-            switches = sum(int(line.split()[1]) for line in status.splitlines() if line.split(":")[0] in kinds)
-            return switches, thread_cpu_seconds(f"/proc/self/task/{tid}")
-    raise AssertionError("no thread named horo-engine in this process")
-
-
-def thread_cpu_seconds(task):
-    # schedstat counts nanoseconds on a CPU exactly; stat's utime+stime are samples at
-    # each clock tick (10 ms), which a thread that wakes for 60 us now and then may still hit.
-    try:
-        return int(open(f"{task}/schedstat").read().split()[0]) / 1e9
-    except OSError:  # a kernel without schedstats
-        fields = open(f"{task}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pin_threads(cores):
-    """Every thread of this process (the background thread too) onto `cores`."""
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), cores)
-        except OSError:  # a thread that has ended since
-            pass
 
 
 def test_blocking_calls_run_on_the_caller_without_waking_the_background_thread(hvd):
