@@ -36,12 +36,13 @@ def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postsca
         refusing(collective, name, process_set).announce(e)
         raise
     if isinstance(array, CudaBuffer):
-        return submit(collective, name, array.address, 0 if output is None else address(output), dtype_code,
-                      array.shape, finish, (array, output), op, prescale, postscale, root, splits, process_set,
-                      array.device, array.stream, array.caller_stream, waits)
-    return submit(collective, name, _core.data_address(array), 0 if output is None else _core.data_address(output),
-                  dtype_code, array.shape, finish, (array, output), op, prescale, postscale, root, splits,
-                  process_set, waits=waits)
+        source, target = array.address, 0 if output is None else address(output)
+        device, stream, caller_stream = array.device, array.stream, array.caller_stream
+    else:  # a host array: its address directly (tensors.address would test for a CUDA buffer again)
+        source, target = _core.data_address(array), 0 if output is None else _core.data_address(output)
+        device, stream, caller_stream = -1, 0, None
+    return submit(collective, name, source, target, dtype_code, array.shape, finish, (array, output), op, prescale,
+                  postscale, root, splits, process_set, device, stream, caller_stream, waits)
 
 
 class refusing:
