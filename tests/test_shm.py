@@ -6,6 +6,7 @@ collective suites also run on it: it is the default (auto) on one host, and
 test_allreduce.py / test_collectives.py add HORO_TRANSPORT=mpi variants to compare.
 """
 import glob
+import shutil
 import subprocess
 import sys
 import threading
@@ -60,7 +61,9 @@ def test_two_jobs_on_one_host_do_not_interfere(ranks):
 def test_a_small_collective_allocates_almost_nothing(ranks, tmp_path, np_):
     # Every malloc of the rank (any thread) is counted by a preloaded counter.
     counter = tmp_path / "malloc_counter.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(counter), str(REPO_ROOT / "tests" / "malloc_counter.c"),
+    compiler = shutil.which("cc") or shutil.which("gcc")  # the core's build needs one too
+    assert compiler, "no C compiler (cc or gcc) on PATH"
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(counter), str(REPO_ROOT / "tests" / "malloc_counter.c"),
                     "-ldl"], check=True)
     ranks(np_, "ranks_shm.py", env={"LD_PRELOAD": str(counter)}, timeout=LAUNCH_TIMEOUT,
           select="allocates_almost_nothing")
