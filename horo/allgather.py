@@ -1,7 +1,7 @@
 """allgather: every rank's tensor concatenated along the first dimension,
 which may differ per rank (the other dimensions must match)."""
 from horo.enqueue import allocated, enqueue, enqueue_group, refusing, tensor_name
-from horo.handles import blocking, synchronize, synchronize_all
+from horo.handles import blocking, synchronize_all
 from horo.tensors import as_array
 
 
@@ -13,7 +13,7 @@ def _enqueue(array, name, process_set, waits=False):
 
 
 def _start(tensor, name, process_set, waits):
-    # `waits`: allgather() synchronizes at once (see allreduce._start).
+    # `waits`: allgather() wants the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "allgather", process_set)
     with refusing("allgather", name, process_set):
         array = as_array(tensor, name)
@@ -25,7 +25,7 @@ def allgather_async(tensor, name=None, process_set=None):
 
 
 def allgather(tensor, name=None, process_set=None):
-    return synchronize(_start(tensor, name, process_set, True))
+    return _start(tensor, name, process_set, True)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):

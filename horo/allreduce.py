@@ -7,16 +7,10 @@ from horo.handles import blocking, synchronize, synchronize_all
 from horo.tensors import as_array, empty_like
 
 
-def _enqueue(array, output, name, op, prescale_factor, postscale_factor, process_set, result=None, waits=False):
-    finish = returning(output if result is None else result)
-    return enqueue("allreduce", name, array, output, finish, op, prescale_factor, postscale_factor,
-                   process_set=process_set, waits=waits)
-
-
 def _start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place, waits):
-    """Checks and enqueues one allreduce. `waits`: the caller synchronizes it at once, so the
-    core runs it on this thread (allreduce() says so itself: @blocking's wrapper and
-    thread-local cost 0.4-0.7 us, a tenth of a small allreduce)."""
+    """Checks and enqueues one allreduce; returns its handle, or with `waits` its result: the core
+    runs it on this thread in one call (enqueue's `waits`; allreduce() says so by argument, since
+    @blocking's wrapper and thread-local cost 0.4-0.7 us, a tenth of a small allreduce)."""
     name = tensor_name(name, "allreduce", process_set)
     op = ops.resolve(op, average, name)
     try:  # not `with refusing(...)`: the hot path, and a try costs nothing until it raises
@@ -24,10 +18,10 @@ def _start(tensor, average, name, op, prescale_factor, postscale_factor, process
     except Exception as e:
         refusing("allreduce", name, process_set).announce(e)
         raise
-    if in_place:
-        # A DLPack/buffer view reduces in place in the caller's memory: hand the caller's object back.
-        return _enqueue(array, array, name, op, prescale_factor, postscale_factor, process_set, tensor, waits)
-    return _enqueue(array, empty_like(array), name, op, prescale_factor, postscale_factor, process_set, None, waits)
+    # In place, a DLPack/buffer view reduces in the caller's memory: the caller's object goes back.
+    output = array if in_place else empty_like(array)
+    return enqueue("allreduce", name, array, output, returning(tensor if in_place else output), op, prescale_factor,
+                   postscale_factor, process_set=process_set, waits=waits)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
@@ -42,12 +36,12 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across every rank (Average by default) into a new array."""
-    return synchronize(_start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, False, True))
+    return _start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, False, True)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across every rank in place and returns it."""
-    return synchronize(_start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, True))
+    return _start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, True)
 
 
 def tensor_list(tensors, collective):
@@ -70,11 +64,12 @@ def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor
     op = ops.resolve(op, average, names[0] if names else "grouped_allreduce")
     with refusing("allreduce", names, process_set):
         arrays = [as_array(t, n, in_place=in_place) for t, n in zip(tensors, names)]
-    return enqueue_group(
-        lambda a=a, n=n, t=t: _enqueue(a, a if in_place else empty_like(a), n, op, prescale_factor,
-                                       postscale_factor, process_set, result=t if in_place else None)
-        for a, n, t in zip(arrays, names, tensors)
-    )
+    def enqueue_one(array, name, tensor):
+        output = array if in_place else empty_like(array)
+        return enqueue("allreduce", name, array, output, returning(tensor if in_place else output), op,
+                       prescale_factor, postscale_factor, process_set=process_set)
+
+    return enqueue_group(lambda a=a, n=n, t=t: enqueue_one(a, n, t) for a, n, t in zip(arrays, names, tensors))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):

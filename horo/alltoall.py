@@ -4,7 +4,6 @@ import numpy as np
 
 from horo import process_sets
 from horo.enqueue import allocated, enqueue, refusing, tensor_name
-from horo.handles import synchronize
 from horo.errors import HoroValueError
 from horo.tensors import as_array
 
@@ -23,7 +22,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
 
 
 def _start(tensor, splits, name, process_set, waits):
-    # `waits`: alltoall() synchronizes at once (see allreduce._start).
+    # `waits`: alltoall() wants the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "alltoall", process_set)
     with refusing("alltoall", name, process_set):
         array = as_array(tensor, name)
@@ -49,4 +48,4 @@ def _start(tensor, splits, name, process_set, waits):
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Returns the received rows; with `splits` given, also how many came from each rank."""
-    return synchronize(_start(tensor, splits, name, process_set, True))
+    return _start(tensor, splits, name, process_set, True)

@@ -1,12 +1,11 @@
 """broadcast: every rank ends with root_rank's tensor."""
 
 from horo.enqueue import enqueue, refusing, returning, tensor_name
-from horo.handles import synchronize
 from horo.tensors import as_array, empty_like
 
 
 def _start(tensor, root_rank, name, process_set, in_place, waits):
-    # `waits`: the blocking calls synchronize at once (see allreduce._start).
+    # `waits`: the blocking calls want the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "broadcast", process_set)
     with refusing("broadcast", name, process_set):
         array = as_array(tensor, name, in_place)
@@ -28,9 +27,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """Returns a new array holding root_rank's `tensor`."""
-    return synchronize(_start(tensor, root_rank, name, process_set, False, True))
+    return _start(tensor, root_rank, name, process_set, False, True)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """Overwrites `tensor` with root_rank's, in place, and returns it."""
-    return synchronize(_start(tensor, root_rank, name, process_set, True, True))
+    return _start(tensor, root_rank, name, process_set, True, True)

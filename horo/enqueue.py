@@ -6,7 +6,7 @@ import operator
 
 from horo import dtypes, process_sets
 from horo._native import _core
-from horo.handles import caller_waits, track
+from horo.handles import caller_waits, synchronize, track
 from horo.cuda_arrays import CudaBuffer
 from horo.cuda_arrays import from_core as from_device
 from horo.tensors import address
@@ -29,20 +29,26 @@ def tensor_name(name, collective, process_set=None):
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),
             process_set=None, waits=False):
     """Hands `array` (and `output`, or None for a core-allocated one) to the core; returns the handle.
-    `waits`: the caller synchronizes it at once (as any call inside a @blocking one does)."""
+    `waits`: the caller wants the result now (a blocking call): runs the collective to completion
+    and returns finish(result) instead; for a host array that is one call into the core, not three."""
     try:  # not `with refusing(...)`: the hot path, and a try costs nothing until it raises
         dtype_code = dtypes.code_of(array.dtype, name)
     except Exception as e:
         refusing(collective, name, process_set).announce(e)
         raise
     if isinstance(array, CudaBuffer):
-        source, target = array.address, 0 if output is None else address(output)
-        device, stream, caller_stream = array.device, array.stream, array.caller_stream
-    else:  # a host array: its address directly (tensors.address would test for a CUDA buffer again)
-        source, target = _core.data_address(array), 0 if output is None else _core.data_address(output)
-        device, stream, caller_stream = -1, 0, None
-    return submit(collective, name, source, target, dtype_code, array.shape, finish, (array, output), op, prescale,
-                  postscale, root, splits, process_set, device, stream, caller_stream, waits)
+        handle = submit(collective, name, array.address, 0 if output is None else address(output), dtype_code,
+                        array.shape, finish, (array, output), op, prescale, postscale, root, splits, process_set,
+                        array.device, array.stream, array.caller_stream, waits)
+        return synchronize(handle) if waits else handle
+    # A host array: its address directly (tensors.address would test for a CUDA buffer again).
+    source, target = _core.data_address(array), 0 if output is None else _core.data_address(output)
+    if not waits:
+        return submit(collective, name, source, target, dtype_code, array.shape, finish, (array, output), op,
+                      prescale, postscale, root, splits, process_set)
+    set_id, root, prescale, postscale = _arguments(collective, name, root, prescale, postscale, process_set)
+    return finish(_core.run(_CODES[collective], name, source, target, dtype_code, array.shape, op, prescale,
+                            postscale, root, list(splits), set_id, (array, output)))
 
 
 class refusing:
@@ -91,19 +97,26 @@ def checked_scale(factor, which, name):
     raise TypeError(f"'{name}': {which} must be a real number, got {type(factor).__name__} ({factor!r})")
 
 
-def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,
-           prescale=1.0, postscale=1.0, root=0, splits=(), process_set=None, device=-1, stream=0,
-           caller_stream=None, waits=False):
-    """The core's enqueue for a described buffer (the framework plugins describe theirs without
-    NumPy); `keepalive` holds the buffers until synchronize(), since the core reads and writes them.
-    GPU buffers: `device` (>= 0), the producer's `stream`, and `caller_stream()`, called at
-    synchronize() for the stream that must wait for the results. `waits`: as enqueue()'s."""
+def _arguments(collective, name, root, prescale, postscale, process_set):
+    """(process set id, root, prescale, postscale), checked; a refusal reaches the other ranks."""
     set_id = 0 if process_set is None else process_sets.resolve(process_set, name)[0]
     if type(root) is not int or type(prescale) is not float or type(postscale) is not float:
         with refusing(collective, name, process_set):  # the common case (defaults) skips the checks
             root = checked_root(root, name)
             prescale = checked_scale(prescale, "prescale_factor", name)
             postscale = checked_scale(postscale, "postscale_factor", name)
+    return set_id, root, prescale, postscale
+
+
+def submit(collective, name, input_address, output_address, dtype_code, shape, finish, keepalive, op=1,
+           prescale=1.0, postscale=1.0, root=0, splits=(), process_set=None, device=-1, stream=0,
+           caller_stream=None, waits=False):
+    """The core's enqueue for a described buffer (the framework plugins describe theirs without
+    NumPy); `keepalive` holds the buffers until synchronize(), since the core reads and writes them.
+    GPU buffers: `device` (>= 0), the producer's `stream`, and `caller_stream()`, called at
+    synchronize() for the stream that must wait for the results. `waits`: the caller synchronizes
+    the handle at once (the core then runs its cycle on the caller's thread)."""
+    set_id, root, prescale, postscale = _arguments(collective, name, root, prescale, postscale, process_set)
     handle = _core.enqueue(_CODES[collective], name, input_address, output_address, dtype_code, shape, op,
                            prescale, postscale, root, list(splits), set_id, device, stream, waits or caller_waits())
     return track(handle, name, finish, keepalive, caller_stream)

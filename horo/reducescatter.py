@@ -3,7 +3,7 @@ dimension (the first rows % size ranks get one row more, as in Horovod)."""
 
 from horo import ops, process_sets
 from horo.enqueue import enqueue, enqueue_group, refusing, returning, tensor_name
-from horo.handles import blocking, synchronize, synchronize_all
+from horo.handles import blocking, synchronize_all
 from horo.tensors import as_array, empty
 
 
@@ -12,7 +12,7 @@ def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postsca
 
 
 def _start(tensor, op, name, prescale_factor, postscale_factor, process_set, waits):
-    # `waits`: reducescatter() synchronizes at once (see allreduce._start).
+    # `waits`: reducescatter() wants the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "reducescatter", process_set)
     op = ops.resolve(op, None, name)
     with refusing("reducescatter", name, process_set):
@@ -32,7 +32,7 @@ def _enqueue(array, op, name, prescale_factor, postscale_factor, process_set, wa
 
 
 def reducescatter(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(_start(tensor, op, name, prescale_factor, postscale_factor, process_set, True))
+    return _start(tensor, op, name, prescale_factor, postscale_factor, process_set, True)
 
 
 def grouped_reducescatter_async(tensors, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,

@@ -12,10 +12,12 @@
 #include <chrono>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 
 #include "c_api/core_state.h"
 #include "horo_c_api.h"
 #include "common/error.h"
+#include "common/function_ref.h"
 #include "common/logging.h"
 #include "common/tunables.h"
 #include "engine/buffer_pool.h"
@@ -39,6 +41,11 @@ namespace {
 std::shared_ptr<Engine> g_engine;
 ProcessInfo g_info;
 std::string g_transport = "none";  // what carries the global set (world_transport.h)
+
+// Buffers of blocking calls that a signal interrupted (handle -> the caller's
+// arrays): the core still reads and writes them, so they live until it is done.
+// Never destroyed: Python objects must not be released after the interpreter.
+auto* g_interrupted = new std::unordered_map<int, py::object>();
 
 void require_init() {
   if (!g_engine) throw py::value_error("horo has not been initialized; call horo.init() first");
@@ -95,9 +102,12 @@ void reject(int type, const std::string& name, int process_set, const std::strin
 
 void shutdown() {
   if (!g_engine) return;
-  py::gil_scoped_release release;
-  g_engine->shutdown();
-  std::atomic_store(&g_engine, std::shared_ptr<Engine>());
+  {
+    py::gil_scoped_release release;
+    g_engine->shutdown();
+    std::atomic_store(&g_engine, std::shared_ptr<Engine>());
+  }
+  g_interrupted->clear();  // nothing touches their buffers any more
 }
 
 // A GPU tensor: its CUDA device and the stream that produces it. The event
@@ -113,10 +123,11 @@ void describe_gpu_tensor(TensorEntry& entry, const std::string& kind, int device
   entry.ready = std::make_shared<CudaEvent>(device, reinterpret_cast<cuda::Stream>(stream));
 }
 
-int enqueue(int type, std::string name, uintptr_t input, uintptr_t output, int dtype,
-            std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
-            std::vector<int64_t> splits, int process_set, int device, uintptr_t stream, bool caller_waits) {
-  require_init();
+// The entry for one tensor, after the checks that raise (on this rank; reject()
+// tells the others). Host memory unless describe_gpu_tensor() says otherwise.
+TensorEntry describe(int type, std::string name, uintptr_t input, uintptr_t output, int dtype,
+                     std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
+                     std::vector<int64_t> splits, int process_set) {
   if (!collective_valid(type)) throw py::value_error("'" + name + "': unknown collective " + std::to_string(type));
   const std::string kind = collective_name(static_cast<CollectiveType>(type));
   if (!dtype_valid(dtype)) {
@@ -146,7 +157,16 @@ int enqueue(int type, std::string name, uintptr_t input, uintptr_t output, int d
   entry.request.process_set = process_set;
   entry.input = reinterpret_cast<const void*>(input);
   entry.output = reinterpret_cast<void*>(output);
-  if (device >= 0) describe_gpu_tensor(entry, kind, device, stream);
+  return entry;
+}
+
+int enqueue(int type, std::string name, uintptr_t input, uintptr_t output, int dtype,
+            std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
+            std::vector<int64_t> splits, int process_set, int device, uintptr_t stream, bool caller_waits) {
+  require_init();
+  TensorEntry entry = describe(type, std::move(name), input, output, dtype, std::move(shape), op, prescale, postscale,
+                               root, std::move(splits), process_set);
+  if (device >= 0) describe_gpu_tensor(entry, collective_name(entry.request.type), device, stream);
   return g_engine->enqueue(std::move(entry), nullptr, caller_waits);
 }
 
@@ -168,28 +188,30 @@ py::object gpu_result(const std::shared_ptr<AllocatedOutput>& result, uintptr_t 
   return py::make_tuple(memory, py::tuple(py::cast(result->shape)), py::cast(result->received_splits), result->value);
 }
 
-// None, or (uint8 array owning the core-allocated output, shape, received splits, value).
-py::object wait(int handle, uintptr_t stream) {
-  require_init();
-  std::shared_ptr<Engine> engine = g_engine;
-  HandleTable::Result result;
-  // In slices, checking for Python signals in between: Ctrl-C and SIGALRM
-  // handlers (pytest-timeout's) run, and their exception ends the wait. The
-  // handle stays valid, so synchronize() may be called on it again.
+// Waits for `handle`, in slices, checking for Python signals in between:
+// Ctrl-C and SIGALRM handlers (pytest-timeout's) run, and their exception
+// (py::error_already_set) ends the wait with the collective still running.
+// `start` runs first under the same GIL release (run() enqueues there, setting `handle`).
+HandleTable::Result await_handle(Engine& engine, int& handle, FunctionRef<void()> start) {
   constexpr auto kSlice = std::chrono::milliseconds(50);
+  HandleTable::Result result;
+  bool done;
   {
     py::gil_scoped_release release;
-    engine->help(handle);
+    start();
+    engine.help(handle);
+    done = engine.wait_for(handle, kSlice, &result);
   }
-  for (;;) {
-    bool done;
-    {
-      py::gil_scoped_release release;
-      done = engine->wait_for(handle, kSlice, &result);
-    }
-    if (done) break;
+  while (!done) {
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    py::gil_scoped_release release;
+    done = engine.wait_for(handle, kSlice, &result);
   }
+  return result;
+}
+
+// None, or (uint8 array owning the core-allocated output, shape, received splits, value).
+py::object to_python(const HandleTable::Result& result, uintptr_t stream) {
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (!result.allocated) return py::none();
   if (result.allocated->done) return gpu_result(result.allocated, stream);
@@ -200,6 +222,46 @@ py::object wait(int handle, uintptr_t stream) {
                             free_when_done);
   return py::make_tuple(data, py::tuple(py::cast(result.allocated->shape)),
                         py::cast(result.allocated->received_splits), result.allocated->value);
+}
+
+// The handle stays valid after an interrupted wait, so synchronize() may be called on it again.
+py::object wait(int handle, uintptr_t stream) {
+  require_init();
+  std::shared_ptr<Engine> engine = g_engine;
+  return to_python(await_handle(*engine, handle, [] {}), stream);
+}
+
+void release_finished_interrupted(Engine& engine) {
+  for (auto it = g_interrupted->begin(); it != g_interrupted->end();) {
+    HandleTable::Result ignored;
+    if (engine.poll(it->first, true) && engine.wait_for(it->first, std::chrono::milliseconds(0), &ignored)) {
+      it = g_interrupted->erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// enqueue() and wait() in one crossing, for a blocking call on host buffers:
+// at 4 KiB each crossing's argument handling and GIL hand-off is a tenth of
+// the call. `keepalive` holds the buffers should a signal end the wait early.
+py::object run(int type, std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
+               int op, double prescale, double postscale, int root, std::vector<int64_t> splits, int process_set,
+               py::object keepalive) {
+  require_init();
+  std::shared_ptr<Engine> engine = g_engine;
+  if (!g_interrupted->empty()) release_finished_interrupted(*engine);
+  TensorEntry entry = describe(type, std::move(name), input, output, dtype, std::move(shape), op, prescale, postscale,
+                               root, std::move(splits), process_set);
+  int handle = -1;
+  try {
+    // The entry is checked above (raising with the GIL held); the enqueue itself runs without it.
+    return to_python(await_handle(*engine, handle, [&] { handle = engine->enqueue(std::move(entry), nullptr, true); }),
+                     0);
+  } catch (py::error_already_set&) {
+    if (handle >= 0) (*g_interrupted)[handle] = std::move(keepalive);
+    throw;
+  }
 }
 
 }  // namespace
@@ -289,6 +351,12 @@ PYBIND11_MODULE(_core, m) {
         engine->stop_timeline();
       },
       "Rank 0 finishes and closes the timeline file.");
+  m.def("run", &run, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),
+        py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
+        py::arg("splits"), py::arg("process_set"), py::arg("keepalive"),
+        "enqueue() and wait() of a collective on host buffers in one call (a blocking collective); returns what "
+        "wait() returns. `keepalive` (the buffers' owners) is held until the collective completes, should a "
+        "signal end the wait early.");
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
         "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
         "current cudaStream_t) is made to wait for the results.");

@@ -1,14 +1,18 @@
 """A thread blocked in synchronize() wakes for Python signals: a SIGALRM handler (how
 pytest-timeout ends a test) raises out of the wait, Ctrl-C raises KeyboardInterrupt,
 and the collective keeps running: synchronizing the same handle later returns its result.
+A blocking call (one crossing into the core, no handle) interrupted the same way keeps
+its buffers alive until the collective is done.
 
 Runs inside each MPI rank (np = 2): rank 0 waits on a tensor rank 1 submits only
 after rank 0 was interrupted.
 """
+import gc
 import os
 import signal
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -96,4 +100,41 @@ def test_signal_interrupts_a_blocked_synchronize(hvd, comm, api, how):
         comm.Barrier()
         out = hvd.allreduce(inputs[1], name=name, op=hvd.Sum)
         check_result(out, inputs, "Sum", True, what=name)
+    comm.Barrier()
+
+
+@pytest.mark.parametrize("how", ["sigalrm", "ctrl_c"])
+def test_an_interrupted_blocking_call_holds_its_buffer_until_the_collective_is_done(hvd, comm, how):
+    rank = hvd.rank()
+    name = f"interrupted_blocking.{how}"
+    inputs = make_rank_inputs(name, "float32", (33,), "Sum", "exact", 2)
+    if rank == 0:
+        x = inputs[0].copy()
+        alive = weakref.ref(x)
+        expected, disarm = _interrupt_with(how)
+        try:
+            hvd.allreduce_(x, name=name, op=hvd.Sum)  # rank 1 has not submitted: it waits
+        except expected:
+            pass  # (not pytest.raises: its record of the traceback would hold x)
+        else:
+            pytest.fail("the signal did not end the wait")
+        finally:
+            disarm()
+        del x
+        gc.collect()
+        assert alive() is not None, "nothing holds the buffer the core will write the interrupted allreduce_ into"
+    comm.Barrier()  # now rank 1 submits, and the collective writes into rank 0's buffer
+    if rank == 1:
+        check_result(hvd.allreduce(inputs[1], name=name, op=hvd.Sum), inputs, "Sum", True, what=name)
+    # Blocking calls release the buffers of interrupted ones that are done: after the first
+    # of these the interrupted collective has run (cycles run in order); the second releases.
+    for i in range(2):
+        hvd.allreduce(inputs[rank], name=f"{name}.after.{i}", op=hvd.Sum)
+        held = alive() if rank == 0 else None
+        if held is not None:
+            check_result(held, inputs, "Sum", True, what=f"{name}, written after the interruption")
+        del held
+    if rank == 0:
+        gc.collect()
+        assert alive() is None, "the interrupted allreduce_'s buffer was never released"
     comm.Barrier()
