@@ -41,14 +41,17 @@ def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postsca
                         array.shape, finish, (array, output), op, prescale, postscale, root, splits, process_set,
                         array.device, array.stream, array.caller_stream, waits)
         return synchronize(handle) if waits else handle
-    # A host array: its address directly (tensors.address would test for a CUDA buffer again).
-    source, target = _core.data_address(array), 0 if output is None else _core.data_address(output)
     if not waits:
-        return submit(collective, name, source, target, dtype_code, array.shape, finish, (array, output), op,
-                      prescale, postscale, root, splits, process_set)
-    set_id, root, prescale, postscale = _arguments(collective, name, root, prescale, postscale, process_set)
-    return finish(_core.run(_CODES[collective], name, source, target, dtype_code, array.shape, op, prescale,
-                            postscale, root, list(splits), set_id, (array, output)))
+        # A host array: its address directly (tensors.address would test for a CUDA buffer again).
+        return submit(collective, name, _core.data_address(array), 0 if output is None else _core.data_address(output),
+                      dtype_code, array.shape, finish, (array, output), op, prescale, postscale, root, splits,
+                      process_set)
+    if process_set is not None or type(root) is not int or type(prescale) is not float or type(postscale) is not float:
+        set_id, root, prescale, postscale = _arguments(collective, name, root, prescale, postscale, process_set)
+    else:  # the common case, checked without a call
+        set_id = 0
+    return finish(_core.run(_CODES[collective], name, array, output, dtype_code, op, prescale, postscale, root,
+                            list(splits), set_id))
 
 
 class refusing:

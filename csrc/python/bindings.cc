@@ -242,24 +242,26 @@ void release_finished_interrupted(Engine& engine) {
   }
 }
 
-// enqueue() and wait() in one crossing, for a blocking call on host buffers:
-// at 4 KiB each crossing's argument handling and GIL hand-off is a tenth of
-// the call. `keepalive` holds the buffers should a signal end the wait early.
-py::object run(int type, std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
-               int op, double prescale, double postscale, int root, std::vector<int64_t> splits, int process_set,
-               py::object keepalive) {
+// enqueue() and wait() in one crossing, for a blocking call on NumPy arrays
+// (`output` None: the core allocates it): at 4 KiB each crossing's argument
+// handling and GIL hand-off is a tenth of the call. Should a signal end the
+// wait early, the arrays are held until the collective is done.
+py::object run(int type, std::string name, py::array input, py::object output, int dtype, int op, double prescale,
+               double postscale, int root, std::vector<int64_t> splits, int process_set) {
   require_init();
   std::shared_ptr<Engine> engine = g_engine;
   if (!g_interrupted->empty()) release_finished_interrupted(*engine);
-  TensorEntry entry = describe(type, std::move(name), input, output, dtype, std::move(shape), op, prescale, postscale,
-                               root, std::move(splits), process_set);
+  const uintptr_t target = output.is_none() ? 0 : reinterpret_cast<uintptr_t>(output.cast<py::array>().data());
+  TensorEntry entry = describe(type, std::move(name), reinterpret_cast<uintptr_t>(input.data()), target, dtype,
+                               std::vector<int64_t>(input.shape(), input.shape() + input.ndim()), op, prescale,
+                               postscale, root, std::move(splits), process_set);
   int handle = -1;
   try {
     // The entry is checked above (raising with the GIL held); the enqueue itself runs without it.
     return to_python(await_handle(*engine, handle, [&] { handle = engine->enqueue(std::move(entry), nullptr, true); }),
                      0);
   } catch (py::error_already_set&) {
-    if (handle >= 0) (*g_interrupted)[handle] = std::move(keepalive);
+    if (handle >= 0) (*g_interrupted)[handle] = py::make_tuple(input, output);
     throw;
   }
 }
@@ -352,11 +354,11 @@ PYBIND11_MODULE(_core, m) {
       },
       "Rank 0 finishes and closes the timeline file.");
   m.def("run", &run, py::arg("type"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"),
-        py::arg("shape"), py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-        py::arg("splits"), py::arg("process_set"), py::arg("keepalive"),
-        "enqueue() and wait() of a collective on host buffers in one call (a blocking collective); returns what "
-        "wait() returns. `keepalive` (the buffers' owners) is held until the collective completes, should a "
-        "signal end the wait early.");
+        py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"), py::arg("splits"),
+        py::arg("process_set"),
+        "enqueue() and wait() of a collective on C-contiguous NumPy arrays in one call (a blocking collective; "
+        "output None: the core allocates it); returns what wait() returns. Should a signal end the wait early, "
+        "the arrays are held until the collective completes.");
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
         "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
         "current cudaStream_t) is made to wait for the results.");
