@@ -51,6 +51,11 @@ struct Tunables {
   // settled at init: shorter when this node runs more ranks than cores, where
   // spinning steals the core the awaited thread needs.
   int spin_microseconds = -1;
+  // Set at init too: whether a spin yields the core after its first microseconds.
+  // Only where this node runs more ranks than cores: the awaited rank may need
+  // this core. Elsewhere a yield hands the core to whatever else is runnable
+  // (OpenBLAS's and OpenMP's spinning workers) for a whole time slice.
+  bool spin_yields = true;
   // Set at init too: ranks, hosts and transport, for the timeline's label.
   std::string topology;
 

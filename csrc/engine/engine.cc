@@ -269,7 +269,8 @@ void Engine::help(int handle) {
     // (their callers' tensors) until ours has run or they go quiet.
     do {
       run_pass();
-    } while (!done() && spin_for(news, std::chrono::microseconds(tunables_.spin_microseconds)) && !done());
+    } while (!done() && spin_for(news, std::chrono::microseconds(tunables_.spin_microseconds), tunables_.spin_yields) &&
+             !done());
   } catch (...) {
     // The background thread ends the engine the way it would have had it run this cycle.
     helper_failure_ = std::current_exception();

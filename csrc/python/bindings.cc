@@ -82,6 +82,7 @@ void init(int64_t fortran_comm) {
     // waited for needs this core; measured (np=4, 2 cores) 20 beats both 0 and 100.
     tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 20;
   }
+  tunables.spin_yields = static_cast<unsigned>(g_info.local_size) > cores;
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
                       std::to_string(g_info.local_size) + " local ranks (rank 0's host), transport " + g_transport;

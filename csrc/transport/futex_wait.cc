@@ -40,17 +40,17 @@ void ring(Doorbell& bell) {
   futex_wake_shared(&bell.epoch);
 }
 
-bool spin_for(FunctionRef<bool()> ready, std::chrono::microseconds spin) {
+bool spin_for(FunctionRef<bool()> ready, std::chrono::microseconds spin, bool yields) {
   if (ready()) return true;
   if (spin.count() <= 0) return false;
   using clock = std::chrono::steady_clock;
   const auto until = clock::now() + spin;
   for (int i = 0;; ++i) {
     // A peer on another core answers within a microsecond or two; after
-    // that, yield: with more threads than cores the one we wait for may
-    // need this core (the MPI transport's waits do the same).
+    // that, yield if asked: with more ranks than cores the one we wait for
+    // may need this core (the MPI transport's waits do the same).
     // (A pause costs up to ~140 cycles: 16 x 8 of them stay within a few microseconds.)
-    if (i < 16) {
+    if (i < 16 || !yields) {
       for (int k = 0; k < 8; ++k) cpu_relax();
     } else {
       std::this_thread::yield();

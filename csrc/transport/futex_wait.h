@@ -29,9 +29,9 @@ struct Doorbell {
 // be seq_cst, or at least ordered before this load).
 void ring(Doorbell& bell);
 
-// Spins (a few microseconds with a CPU pause, then yielding the core) until
-// ready() holds or `spin` has passed; returns ready().
-bool spin_for(FunctionRef<bool()> ready, std::chrono::microseconds spin);
+// Spins with a CPU pause (after a few microseconds yielding the core, if
+// `yields`) until ready() holds or `spin` has passed; returns ready().
+bool spin_for(FunctionRef<bool()> ready, std::chrono::microseconds spin, bool yields = true);
 
 // Returns when ready() holds. Spins (with a CPU pause) for `spin`, then
 // sleeps on `bell` in slices of `check_every`; after each slice that ends

@@ -37,7 +37,8 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       segment_(inner_->comm(), std::max(inner_->settings().shm_chunk_bytes, kLine * inner_->size())),
       chunk_(segment_.chunk_bytes()),
       small_bytes_(std::min(inner_->settings().shm_small_bytes, segment_.chunk_bytes())),
-      spin_(inner_->settings().spin_microseconds) {
+      spin_(inner_->settings().spin_microseconds),
+      spin_yields_(inner_->settings().spin_yields) {
   if (inner_->settings().shm_single_copy_bytes > 0 && cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = inner_->settings().shm_single_copy_bytes;
   }
@@ -96,7 +97,7 @@ void ShmTransport::step() {
   };
   // A local peer may be held up by the network (the cross-host step of a hierarchical
   // collective): the deadline finds out whether its host, or another, is still there.
-  if (spin_for(everyone_here, spin_)) return;
+  if (spin_for(everyone_here, spin_, spin_yields_)) return;
   // A peer whose caller runs its cycles joins by itself; any other may sleep
   // idle and should hear that a cycle began. Not before the spin: a peer's
   // caller usually comes within it, and a woken background thread would take
@@ -127,7 +128,7 @@ bool ShmTransport::wait_for_peers(FunctionRef<bool()> local_work, std::chrono::m
   auto ready = [&] { return local_work() || peers_ahead(); };
   // Calls often come back to back (a training step's gradients, a latency loop):
   // a short spin catches the next one without a futex sleep and wake-up.
-  if (spin_for(ready, spin ? spin_ : std::chrono::microseconds(0))) return true;
+  if (spin_for(ready, spin ? spin_ : std::chrono::microseconds(0), spin_yields_)) return true;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Doorbell& bell = segment_.state(rank_).idle;
   while (!ready()) {

@@ -101,6 +101,7 @@ class ShmTransport : public Transport {
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
   std::string read_error_;
   std::chrono::microseconds spin_{0};
+  bool spin_yields_ = true;
   // Atomic: the background thread reads it (peers_ahead) while a caller may run a cycle.
   std::atomic<uint64_t> seq_{0};
   uint64_t rounds_ = 0;

@@ -22,6 +22,7 @@ struct TransportSettings {
   size_t shm_small_bytes = 16384;
   size_t shm_single_copy_bytes = 0;
   int spin_microseconds = 0;
+  bool spin_yields = true;
 
   static TransportSettings from(const Tunables& tunables);
 };
