@@ -13,7 +13,9 @@ def _rows(events):
         if e["ph"] != "M":
             rows.setdefault(names[e["pid"]], []).append(e)
     for evs in rows.values():
-        evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        # At one start time: a span of 0 us first (it ended there: a blocking call's QUEUE phase
+        # takes under a microsecond), then the longer before what it holds.
+        evs.sort(key=lambda e: (e["ts"], e.get("dur", 0) > 0, -e.get("dur", 0)))
     return rows
 
 
