@@ -64,6 +64,7 @@ def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor
     op = ops.resolve(op, average, names[0] if names else "grouped_allreduce")
     with refusing("allreduce", names, process_set):
         arrays = [as_array(t, n, in_place=in_place) for t, n in zip(tensors, names)]
+
     def enqueue_one(array, name, tensor):
         output = array if in_place else empty_like(array)
         return enqueue("allreduce", name, array, output, returning(tensor if in_place else output), op,
