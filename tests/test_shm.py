@@ -29,12 +29,20 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
-@pytest.mark.parametrize("np_", [2, 3])
-def test_every_collective_reading_peers_buffers_directly_matches_numpy(ranks, np_):
-    # Every allgather/alltoall/gather/scatter from 1 byte up takes the
-    # single-copy path (process_vm_readv) where the kernel allows it.
-    ranks(np_, "ranks_shm.py", env=dict(SHM, HORO_SHM_SINGLE_COPY_BYTES="1"), timeout=LAUNCH_TIMEOUT,
-          select="not exits")
+@pytest.mark.parametrize("np_,tunables", [
+    # From 1 byte up every broadcast/allgather/alltoall/gather/scatter reads the
+    # senders' buffers directly (process_vm_readv) where the kernel allows it...
+    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "1"}),
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "1"}),
+    # ... from 4 KiB, one alltoall mixes pairs read directly with pairs through the segment;
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "4096"}),
+    # everything through the segment, every broadcast piece copied in with non-temporal stores (odd heads, tails);
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "1"}),
+    # everything through the segment with plain copies.
+    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "0"}),
+], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2"])
+def test_every_collective_matches_numpy_however_the_bytes_move(ranks, np_, tunables):
+    ranks(np_, "ranks_shm.py", env=dict(SHM, **tunables), timeout=LAUNCH_TIMEOUT, select="not exits")
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)

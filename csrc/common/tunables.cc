@@ -1,5 +1,6 @@
 #include "common/tunables.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -34,11 +35,17 @@ const std::vector<TunableSpec>& tunable_specs() {
        "shared-memory allreduce at or below this size: one step, every rank reduces the whole buffer "
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
       {"HORO_SPIN_MICROSECONDS", "", "auto",
-       "how long a wait for another rank or thread spins (a pause, then yielding the core) before it sleeps; "
+       "how long a wait for another rank or thread spins (a pause, and yielding the core where ranks outnumber cores) "
+       "before it sleeps; "
        "auto: 50 while a host runs no more ranks than cores, else 20"},
+      {"HORO_SHM_STREAM_BYTES", "", "16384",
+       "a shared-memory broadcast's root copies pieces of this size and up into the segment with "
+       "non-temporal stores, which skip fetching the lines the readers read last (on a 2-vCPU VM a "
+       "plain copy into them ran 3-10x slower in some jobs); 0: never"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
-       "shared-memory allgather, alltoall, gather and scatter from this size up: receivers read "
-       "straight from the senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
+       "shared-memory broadcast, allgather, alltoall (per pair of ranks), gather and scatter from this "
+       "size up: receivers read straight from the senders' buffers (process_vm_readv) where the kernel "
+       "allows it; 0: never"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
@@ -158,6 +165,7 @@ Tunables Tunables::from_environment() {
   if (t.shm_chunk_bytes < 4096) t.shm_chunk_bytes = 4096;
   t.shm_small_bytes = static_cast<int64_t>(number("HORO_SHM_SMALL_BYTES"));
   if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
+  t.shm_stream_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_STREAM_BYTES")));
   t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");

@@ -7,10 +7,10 @@
 // all-gather by copy, chunk by chunk so the data stays in cache (the shape
 // of DeepSpeed's CPU shm allreduce and Open MPI's coll/xhc). The control
 // plane runs through the same slots, so a steady-state cycle sends no MPI
-// message. Large moves (allgather, alltoall, gather, scatter) skip
+// message. Large moves (broadcast, allgather, alltoall, gather, scatter) skip
 // the segment where the kernel allows: receivers read the senders' buffers
-// directly (cross_memory.h), one copy instead of two. Point-to-point (the
-// ring) and split stay on the inner MPI transport.
+// directly (cross_memory.h), one copy instead of two.
+// Point-to-point (the ring) and split stay on the inner MPI transport.
 #pragma once
 
 #include <atomic>
@@ -76,6 +76,10 @@ class ShmTransport : public Transport {
   // slice, or a peer still finishing its ring step could wait for this one forever.
   void keep_mpi_moving();
   char* slot(int r) { return segment_.data(r, half_); }
+  // Copies a piece of a broadcast into the root's slot, with non-temporal stores from
+  // stream_bytes_ up (common/stream_bytes.h). Only there: measured at np=2, allgather
+  // and alltoall (every rank copies in and out) and reducescatter ran slower with them.
+  void fill_broadcast(char* slot_at, const void* src, size_t bytes) const;
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
@@ -98,6 +102,7 @@ class ShmTransport : public Transport {
   ShmSegment segment_;
   size_t chunk_ = 0;        // bytes of one half-slot
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
+  size_t stream_bytes_ = 0;       // 0: plain copies into the slots
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
   std::string read_error_;
   std::chrono::microseconds spin_{0};
