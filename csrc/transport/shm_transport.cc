@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "common/copy_bytes.h"
-#include "common/stream_bytes.h"
 #include "common/error.h"
+#include "common/stream_bytes.h"
 #include "reduce/reduce_kernels.h"
 #include "transport/cross_memory.h"
 #include "transport/peer_watch.h"
