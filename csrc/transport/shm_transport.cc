@@ -53,7 +53,7 @@ void ShmTransport::publish_addresses(const void* address, const void* extra) {
   step();
 }
 
-void ShmTransport::fill_broadcast(char* slot_at, const void* src, size_t bytes) const {
+void ShmTransport::fill_rooted(char* slot_at, const void* src, size_t bytes) const {
   if (stream_bytes_ > 0 && bytes >= stream_bytes_) {
     stream_bytes(slot_at, src, bytes);
   } else {
@@ -302,7 +302,7 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     const size_t n = piece(byte_counts[rank_], k, per_round);
-    if (rank_ != root && n) copy_bytes(slot(rank_), my + k * per_round, n);
+    if (rank_ != root && n) fill_rooted(slot(rank_), my + k * per_round, n);
     step();
     if (rank_ != root) continue;
     for (int p = 0; p < size_; ++p) {
@@ -330,7 +330,7 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
         const size_t n = piece(byte_counts[r], k, per_peer);
-        if (r != root && n) copy_bytes(slot(root) + r * per_peer, in + offset[r] + k * per_peer, n);
+        if (r != root && n) fill_rooted(slot(root) + r * per_peer, in + offset[r] + k * per_peer, n);
       }
     }
     step();
@@ -414,7 +414,7 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     const size_t n = piece(bytes, k, per_round);
-    if (rank_ == root) fill_broadcast(slot(root), p + k * per_round, n);
+    if (rank_ == root) fill_rooted(slot(root), p + k * per_round, n);
     step();
     if (rank_ != root) copy_bytes(p + k * per_round, slot(root), n);
   }
