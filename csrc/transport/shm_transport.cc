@@ -347,15 +347,15 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   if (send_bytes[rank_]) copy_bytes(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
   const size_t per_peer = round_down(chunk_ / size_, kLine);
   // A pair's size is known at both ends (send_bytes[r] here is recv_bytes[rank_] on r), so
-  // both decide alike, without a message, that the receiver reads it from the sender's input.
-  auto direct = [&](size_t bytes) { return single_copy(bytes); };
+  // both decide alike (single_copy), without a message, that the receiver reads it from the
+  // sender's input.
   // Only the senders know the sizes of all pairs: round 0 tells everyone how many rounds
   // the pairs through the segment take, and whether any rank reads a peer directly.
   size_t my_rounds = 0;
   bool reads = false;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (direct(send_bytes[r])) {
+    if (single_copy(send_bytes[r])) {
       reads = true;
     } else {
       my_rounds = std::max(my_rounds, ceil_div(send_bytes[r], per_peer));
@@ -372,7 +372,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
       mail(rank_)[3] = reads ? 1 : 0;
     }
     for (int r = 0; r < size_; ++r) {
-      const size_t n = direct(send_bytes[r]) ? 0 : piece(send_bytes[r], k, per_peer);
+      const size_t n = single_copy(send_bytes[r]) ? 0 : piece(send_bytes[r], k, per_peer);
       if (r != rank_ && n) copy_bytes(slot(rank_) + r * per_peer, in + send_at[r] + k * per_peer, n);
     }
     step();
@@ -384,14 +384,14 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
       // Each large piece for this rank starts at its sender's own send offset, read from its memory first.
       for (int i = 1; i < size_; ++i) {
         const int p = (rank_ + i) % size_;  // readers spread over the owners
-        if (!direct(recv_bytes[p])) continue;
+        if (!single_copy(recv_bytes[p])) continue;
         size_t at = 0;
         read_from(p, mail(p)[2] + rank_ * sizeof(size_t), &at, sizeof(at));
         read_from(p, mail(p)[1] + at, out + recv_at[p], recv_bytes[p]);
       }
     }
     for (int p = 0; p < size_; ++p) {
-      const size_t n = direct(recv_bytes[p]) ? 0 : piece(recv_bytes[p], k, per_peer);
+      const size_t n = single_copy(recv_bytes[p]) ? 0 : piece(recv_bytes[p], k, per_peer);
       if (p != rank_ && n) copy_bytes(out + recv_at[p] + k * per_peer, slot(p) + rank_ * per_peer, n);
     }
   }
