@@ -94,8 +94,16 @@ std::string name_peers(const Watch& w, const std::vector<int>& peers) {
 // and end the job then; ranks that are merely stopped it never notices: abort after that.
 std::atomic<Clock::rep> g_abort_at{0};
 
+std::atomic<bool> g_aborting{false};
+
 [[noreturn]] void abort_when_due() {
   std::this_thread::sleep_until(Clock::time_point(Clock::duration(g_abort_at.load())));
+  // The exiting main thread and the abort thread both come here at the same instant;
+  // MPI_Abort is not thread-safe (two at once crashed in Open MPI's help-text parser and
+  // left the launcher waiting), so the second one waits for the first to end the process.
+  if (g_aborting.exchange(true)) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   // Not HORO_LOG: its Python sink takes the GIL, which the exiting main thread may hold here.
   std::fprintf(stderr, "horo: ending the job with MPI_Abort: peers unreachable (HORO_PEER_TIMEOUT_SECONDS)\n");
   MPI_Abort(MPI_COMM_WORLD, 1);
