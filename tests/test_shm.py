@@ -38,9 +38,11 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
     (3, {"HORO_SHM_SINGLE_COPY_BYTES": "4096"}),
     # all through the segment, rooted moves copied in with non-temporal stores (odd heads and tails);
     (3, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "1"}),
-    # everything through the segment with plain copies.
+    # everything through the segment with plain copies;
     (2, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "0"}),
-], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2"])
+    # no inputs carried with the control step (cached collectives take their own steps).
+    (3, {"HORO_SHM_PRELOAD_BYTES": "0"}),
+], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2", "unpreloaded-np3"])
 def test_every_collective_matches_numpy_however_the_bytes_move(ranks, np_, tunables):
     ranks(np_, "ranks_shm.py", env=dict(SHM, **tunables), timeout=LAUNCH_TIMEOUT, select="not exits")
 

@@ -34,6 +34,10 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SHM_SMALL_BYTES", "", "16384",
        "shared-memory allreduce at or below this size: one step, every rank reduces the whole buffer "
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
+      {"HORO_SHM_PRELOAD_BYTES", "", "65536",
+       "a cached shared-memory broadcast, allgather or reducescatter whose input is at most this size "
+       "(allreduce and alltoall: HORO_SHM_SMALL_BYTES) travels with the cycle's control step: one rendezvous "
+       "instead of two; 0: never"},
       {"HORO_SPIN_MICROSECONDS", "", "auto",
        "how long a wait for another rank or thread spins (a pause, and yielding the core where ranks outnumber cores) "
        "before it sleeps; "
@@ -165,6 +169,7 @@ Tunables Tunables::from_environment() {
   if (t.shm_chunk_bytes < 4096) t.shm_chunk_bytes = 4096;
   t.shm_small_bytes = static_cast<int64_t>(number("HORO_SHM_SMALL_BYTES"));
   if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
+  t.shm_preload_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_PRELOAD_BYTES")));
   t.shm_stream_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_STREAM_BYTES")));
   t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));

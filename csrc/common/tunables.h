@@ -34,6 +34,7 @@ struct Tunables {
   std::string transport;      // auto | shm | mpi (transport/transport_choice.h)
   int64_t shm_chunk_bytes;    // one half-slot of the shared segment
   int64_t shm_small_bytes;    // shm allreduce at or below: one step, every rank reduces all
+  int64_t shm_preload_bytes;  // cached shm collectives up to this input size ride the control step (0: never)
   int64_t shm_stream_bytes;   // shm copies into a slot from this size: non-temporal stores (0: never)
   int64_t shm_single_copy_bytes;  // shm moves from this size: receivers read senders' buffers (0: never)
   // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.

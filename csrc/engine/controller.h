@@ -6,7 +6,10 @@
 // some rank holds a tensor the cache cannot express do the ranks gather
 // their new requests at the coordinator (rank 0), which matches them by name,
 // checks that every rank described the tensor the same way, and broadcasts
-// the list of responses. Every rank then executes the same list in the same
+// the list of responses. Where the transport can carry data with the AND
+// (shared memory), each rank also sends the input of its first cached tensor
+// and a third bit set, one bit per rank, that says which: a bit left set
+// after the AND means every rank sent that tensor's input, and it runs from there. Every rank then executes the same list in the same
 // order, so ranks may enqueue in different orders without deadlock.
 #pragma once
 
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/function_ref.h"
 #include "common/tunables.h"
 #include "engine/response_cache.h"
 #include "transport/transport.h"
@@ -32,7 +36,9 @@ class Controller {
     bool shutdown = false;            // some rank asked to shut down
   };
   // Collective: every rank must call it once per cycle. Takes (moves out) `new_requests`' elements.
-  Cycle run_cycle(std::vector<Request>& new_requests, bool shutdown_requested);
+  // `input_of`: the buffer of this rank's in-flight tensor for a request (nullptr: none).
+  Cycle run_cycle(std::vector<Request>& new_requests, bool shutdown_requested,
+                  FunctionRef<const void*(const Request&)> input_of);
 
   // Local requests still waiting for other ranks.
   bool has_pending() const { return !pending_.empty(); }
@@ -57,6 +63,9 @@ class Controller {
     bool warned = false;
   };
 
+  // Hands the transport the input of this rank's first cached tensor ready to run,
+  // where its collective can run from there; returns its bit (-1: none).
+  int preload_first_ready(FunctionRef<const void*(const Request&)> input_of);
   std::vector<Response> coordinate(const std::vector<std::string>& gathered);
   // Files rank r's request under its name, or behind the entry there when r
   // is already in it (the ranks' n-th submissions of a name meet each other).

@@ -236,7 +236,8 @@ bool Engine::run_pass() {
   for (int id : set_ids_) {
     if (!sets_.count(id)) continue;  // removed earlier in this pass
     const bool global = id == 0;
-    Controller::Cycle cycle = sets_[id].controller->run_cycle(arrived_[id], global && shutdown_requested_);
+    auto input_of = [this](const Request& q) { return queue_.input_of(q.process_set, q.name); };
+    Controller::Cycle cycle = sets_[id].controller->run_cycle(arrived_[id], global && shutdown_requested_, input_of);
     progressed |= !cycle.responses.empty();
     responses += cycle.responses.size();
     timeline_.cycle_finished(id, cycle.responses);

@@ -28,10 +28,10 @@ bool Executor::ring_for(const std::string& algo, size_t bytes) const {
 
 void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
   switch (group.front().request.type) {
-    case CollectiveType::kAllreduce: return allreduce(entries);
-    case CollectiveType::kReducescatter: return reducescatter(entries);
+    case CollectiveType::kAllreduce: return allreduce(entries, group.front().preloaded);
+    case CollectiveType::kReducescatter: return reducescatter(entries, group.front().preloaded);
     case CollectiveType::kAllgather: return allgather(group, entries);
-    case CollectiveType::kBroadcast: return broadcast(entries);
+    case CollectiveType::kBroadcast: return broadcast(entries, group.front().preloaded);
     case CollectiveType::kAlltoall: return alltoall(group.front(), entries.front());
     case CollectiveType::kBarrier: {
       const int64_t t = timeline_.activity_start();
@@ -58,7 +58,17 @@ void Executor::reduce(const void* input, void* output, size_t count, DataType dt
   }
 }
 
-void Executor::allreduce(std::vector<TensorEntry>& entries) {
+void Executor::reduce_preloaded(void* output, size_t offset, size_t count, DataType dtype, ReduceOp op,
+                                double scale, const char* label) {
+  const int64_t t = timeline_.activity_start();
+  const size_t at = offset * dtype_size(dtype);
+  reduce_to(dtype, op, output, transport_.preloaded(0) + at, transport_.preloaded(1) + at, count);
+  for (int p = 2; p < transport_.size(); ++p) reduce_into(dtype, op, output, transport_.preloaded(p) + at, count);
+  scale_buffer(dtype, output, count, scale);
+  timeline_.activity(label, t);
+}
+
+void Executor::allreduce(std::vector<TensorEntry>& entries, bool preloaded) {
   const Request& spec = entries.front().request;
   const DataType dtype = spec.dtype;
   const size_t esize = dtype_size(dtype);
@@ -68,6 +78,7 @@ void Executor::allreduce(std::vector<TensorEntry>& entries) {
     // No staging: the algorithm reads the input and writes the output directly.
     TensorEntry& e = entries.front();
     const size_t count = elements(e.request.shape);
+    if (preloaded) return reduce_preloaded(e.output, 0, count, dtype, spec.op, postscale, "SHM_PRELOADED_ALLREDUCE");
     const void* input = e.input;
     if (spec.prescale != 1.0) {
       copy_scaled(dtype, e.output, e.input, count, spec.prescale);
@@ -98,12 +109,20 @@ void Executor::allreduce(std::vector<TensorEntry>& entries) {
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
-void Executor::reducescatter(std::vector<TensorEntry>& entries) {
+void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) {
   const Request& spec = entries.front().request;
   const DataType dtype = spec.dtype;
   const size_t esize = dtype_size(dtype);
   const int n = transport_.size(), me = transport_.rank();
   const double postscale = final_scale(spec, n);
+  if (preloaded) {  // this rank's rows, straight from every rank's input
+    const std::vector<size_t> rows = split_rows(spec.shape.empty() ? 1 : spec.shape[0], n);
+    size_t first_row = 0;
+    for (int r = 0; r < me; ++r) first_row += rows[r];
+    const size_t row = row_elements(spec.shape);
+    return reduce_preloaded(entries.front().output, first_row * row, rows[me] * row, dtype, spec.op, postscale,
+                            "SHM_PRELOADED_REDUCE_SCATTER");
+  }
 
   // Segment r of the fused buffer holds, tensor after tensor, the rows rank r receives.
   std::vector<size_t> segment(n, 0);
@@ -166,6 +185,12 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     out->bytes.resize(elements(out->shape) * esize);
     entries[k].allocated = std::move(out);
   }
+  if (group.front().preloaded) {  // one tensor: every rank's rows from its input
+    const int64_t t = timeline_.activity_start();
+    char* out = entries.front().allocated->bytes.data();
+    for (int r = 0; r < n; ++r) copy_bytes(out + layout.offset[r] * esize, transport_.preloaded(r), layout.count[r] * esize);
+    return timeline_.activity("SHM_PRELOADED_ALLGATHERV", t);
+  }
   // One tensor gathers straight into its output; several go through the fusion buffer.
   const bool fused = entries.size() > 1;
   char* buf = fused ? fusion_.reserve(layout.total() * esize) : entries.front().allocated->bytes.data();
@@ -211,7 +236,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
-void Executor::broadcast(std::vector<TensorEntry>& entries) {
+void Executor::broadcast(std::vector<TensorEntry>& entries, bool preloaded) {
   const Request& spec = entries.front().request;
   const size_t esize = dtype_size(spec.dtype);
   const bool root = transport_.rank() == spec.root;
@@ -220,6 +245,10 @@ void Executor::broadcast(std::vector<TensorEntry>& entries) {
     const size_t bytes = elements(e.request.shape) * esize;
     if (root && e.output != e.input) copy_bytes(e.output, e.input, bytes);
     const int64_t t = timeline_.activity_start();
+    if (preloaded) {
+      if (!root) copy_bytes(e.output, transport_.preloaded(spec.root), bytes);
+      return timeline_.activity("SHM_PRELOADED_BCAST", t);
+    }
     transport_.broadcast(e.output, bytes, spec.root);
     timeline_.activity(native("MPI_BCAST", "SHM_BCAST"), t);
     return;
@@ -264,8 +293,19 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
   }
   out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
   const int64_t t = timeline_.activity_start();
-  transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
-  timeline_.activity(native("MPI_ALLTOALLV", "SHM_ALLTOALLV"), t);
+  if (agreed.preloaded) {  // rank r's rows for this rank, from r's input
+    size_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      size_t from = 0;
+      for (int j = 0; j < me; ++j) from += static_cast<size_t>(agreed.per_rank[r * n + j]) * row_bytes;
+      copy_bytes(out->bytes.data() + at, transport_.preloaded(r) + from, recv_bytes[r]);
+      at += recv_bytes[r];
+    }
+    timeline_.activity("SHM_PRELOADED_ALLTOALLV", t);
+  } else {
+    transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
+    timeline_.activity(native("MPI_ALLTOALLV", "SHM_ALLTOALLV"), t);
+  }
   e.allocated = std::move(out);
 }
 

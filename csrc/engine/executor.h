@@ -29,16 +29,22 @@ class Executor {
   bool ring_for(const std::string& algo, size_t bytes) const;
   // The timeline's name for the transport's own collective (MPI_BCAST or SHM_BCAST).
   const char* native(const char* mpi_label, const char* shm_label) const;
-  void allreduce(std::vector<TensorEntry>& entries);
-  void reducescatter(std::vector<TensorEntry>& entries);
+  // `preloaded`: a lone tensor whose every rank's input came with the control
+  // step (Transport::preload): each rank computes its own output from those, with no step.
+  void allreduce(std::vector<TensorEntry>& entries, bool preloaded);
+  void reducescatter(std::vector<TensorEntry>& entries, bool preloaded);
   void allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries);
-  void broadcast(std::vector<TensorEntry>& entries);
+  void broadcast(std::vector<TensorEntry>& entries, bool preloaded);
   void alltoall(const Response& agreed, TensorEntry& entry);
   void gather(const Response& agreed, TensorEntry& entry);
   void scatter(TensorEntry& entry);
   void reduce_to_root(TensorEntry& entry);
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
+  // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank
+  // order (as the shared-memory one-step allreduce does) and scaled, into output.
+  void reduce_preloaded(void* output, size_t offset, size_t count, DataType dtype, ReduceOp op, double scale,
+                        const char* label);
 
   Transport& transport_;
   const Tunables& tunables_;

@@ -28,12 +28,12 @@ std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, 
   std::vector<size_t> filled(0);
   for (Response& response : responses) {
     const Request& q = response.request;
-    // Only these have a fused form; errors travel alone.
+    // Only these have a fused form; errors and preloaded inputs travel alone.
     const bool fusable = q.type == CollectiveType::kAllreduce || q.type == CollectiveType::kAllgather ||
                          q.type == CollectiveType::kReducescatter || q.type == CollectiveType::kBroadcast;
     // A large tensor's own collective is bandwidth-bound already: staging it
     // through the fusion buffer would only add two copies of it.
-    if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable ||
+    if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable || response.preloaded ||
         bytes_of(q) > max_tensor_bytes) {
       alone(std::move(response));
       filled.push_back(0);

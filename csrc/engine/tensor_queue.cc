@@ -64,6 +64,12 @@ bool TensorQueue::take(int process_set, const std::string& name, TensorEntry* en
   return true;
 }
 
+const void* TensorQueue::input_of(int process_set, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = in_flight_.find(key_of(process_set, name));
+  return it == in_flight_.end() ? nullptr : it->second.input;
+}
+
 bool TensorQueue::take(int handle, TensorEntry* entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto key = key_of_handle_.find(handle);

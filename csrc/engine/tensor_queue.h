@@ -81,6 +81,8 @@ class TensorQueue {
   bool take(int process_set, const std::string& name, TensorEntry* entry);
   // Likewise, for the entry pushed with `handle` (its name stays taken until release()).
   bool take(int handle, TensorEntry* entry);
+  // The in-flight entry's input buffer, which stays in flight (nullptr: none).
+  const void* input_of(int process_set, const std::string& name);
   std::vector<TensorEntry> take_all();
   std::vector<TensorEntry> take_all_of(int process_set);
   // Sleeps until something is pushed, wake() is called, or `timeout` passes;

@@ -39,14 +39,17 @@ void agree(MPI_Comm comm, const std::string& my_error) {
 
 }  // namespace
 
-ShmSegment::ShmSegment(MPI_Comm comm, size_t chunk_bytes) {
+ShmSegment::ShmSegment(MPI_Comm comm, size_t chunk_bytes, size_t preload_bytes) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   chunk_bytes_ = round_up(chunk_bytes, 64);
   slots_at_ = round_up(64 + sizeof(ShmRankState) * size, 4096);
   slot_stride_ = round_up(sizeof(ShmMailbox) + chunk_bytes_, 4096);
-  bytes_ = slots_at_ + slot_stride_ * 2 * size;
+  preload_bytes_ = preload_bytes;
+  preload_at_ = slots_at_ + slot_stride_ * 2 * size;
+  preload_stride_ = round_up(preload_bytes, 4096);
+  bytes_ = preload_at_ + preload_stride_ * 2 * size;
 
   std::string error;
   char name[128] = {0};

@@ -1,7 +1,8 @@
 // One shared-memory segment per process set per host: a header with the
 // doorbell, one cache line of state per rank (its sequence number and pid),
-// and per rank two half-slots (double buffering) of `chunk_bytes` each plus
-// a small mailbox. Created by the set's rank 0 under a name unique to the
+// per rank two half-slots (double buffering) of `chunk_bytes` each plus
+// a small mailbox, and per rank two areas of `preload_bytes` for inputs that
+// travel with the control step (Transport::preload). Created by the set's rank 0 under a name unique to the
 // job (pid, random bits, a counter), mode 0600, and unlinked as soon as every
 // rank has it mapped: a crash afterwards leaves nothing in /dev/shm.
 #pragma once
@@ -36,7 +37,7 @@ class ShmSegment {
  public:
   // Collective over `comm` (every rank on this host). Throws horo::Error,
   // on every rank, when the segment cannot be created or mapped.
-  ShmSegment(MPI_Comm comm, size_t chunk_bytes);
+  ShmSegment(MPI_Comm comm, size_t chunk_bytes, size_t preload_bytes);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
@@ -46,6 +47,10 @@ class ShmSegment {
   ShmRankState& state(int rank) { return states()[rank]; }
   ShmMailbox& mailbox(int rank, int half) { return *reinterpret_cast<ShmMailbox*>(slot(rank, half)); }
   char* data(int rank, int half) { return slot(rank, half) + sizeof(ShmMailbox); }
+  size_t preload_bytes() const { return preload_bytes_; }
+  char* preload_area(int rank, int parity) {
+    return base_ + preload_at_ + (static_cast<size_t>(rank) * 2 + parity) * preload_stride_;
+  }
   const std::string& name() const { return name_; }
 
  private:
@@ -61,6 +66,9 @@ class ShmSegment {
   size_t chunk_bytes_ = 0;
   size_t slots_at_ = 0;
   size_t slot_stride_ = 0;
+  size_t preload_bytes_ = 0;
+  size_t preload_at_ = 0;
+  size_t preload_stride_ = 0;
   std::string name_;
 };
 

@@ -35,7 +35,8 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       rank_(inner_->rank()),
       size_(inner_->size()),
       // A slot holds one piece for every rank (alltoall, scatter): at least a cache line each.
-      segment_(inner_->comm(), std::max(inner_->settings().shm_chunk_bytes, kLine * inner_->size())),
+      segment_(inner_->comm(), std::max(inner_->settings().shm_chunk_bytes, kLine * inner_->size()),
+               inner_->settings().shm_preload_bytes),
       chunk_(segment_.chunk_bytes()),
       small_bytes_(std::min(inner_->settings().shm_small_bytes, segment_.chunk_bytes())),
       stream_bytes_(inner_->settings().shm_stream_bytes),
@@ -424,6 +425,19 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
     if (rank_ == root) fill_rooted(slot(root), p + k * per_round, n);
     step();
     if (rank_ != root) copy_bytes(p + k * per_round, slot(root), n);
+  }
+}
+
+void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
+  // Area (cycle % 2) is free: peers read it last two cycles ago, before they joined the
+  // control step of the cycle in between, which this rank has passed.
+  ++preloads_;
+  char* area = segment_.preload_area(rank_, preloads_ & 1);
+  bytes = std::min(bytes, preload_capacity());
+  if (rooted) {
+    fill_rooted(area, input, bytes);
+  } else {
+    copy_bytes(area, input, bytes);
   }
 }
 

@@ -52,6 +52,10 @@ class ShmTransport : public Transport {
   void barrier() override { step(); }
   std::unique_ptr<Transport> split(const std::vector<int>& members) override { return inner_->split(members); }
 
+  size_t preload_capacity() const override { return size_ > 1 ? segment_.preload_bytes() : 0; }
+  void preload(const void* input, size_t bytes, bool rooted) override;
+  // Cycles alternate between a rank's two areas, as rounds do between halves.
+  const char* preloaded(int rank) override { return segment_.preload_area(rank, preloads_ & 1); }
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
   void broadcast_bytes(std::string& data, int root) override;
@@ -111,6 +115,7 @@ class ShmTransport : public Transport {
   // Atomic: the background thread reads it (peers_ahead) while a caller may run a cycle.
   std::atomic<uint64_t> seq_{0};
   uint64_t rounds_ = 0;
+  uint64_t preloads_ = 0;  // cycles: preload() calls
   int half_ = 0;
 };
 

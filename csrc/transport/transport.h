@@ -65,6 +65,18 @@ class Transport {
   // this one, ascending) for members, nullptr for everyone else.
   virtual std::unique_ptr<Transport> split(const std::vector<int>& members) = 0;
 
+  // Fused control and data (shared memory). Once per cycle, before its control
+  // step (allreduce_bitand), the controller hands over the input of the cached
+  // collective this rank expects to run first, up to preload_capacity() bytes
+  // (none: bytes 0); where the control step shows every rank did the same, each
+  // rank reads its peers' inputs in place (preloaded(r)) and computes its output
+  // with no step of its own: a small collective costs one rendezvous, not two.
+  // A rank's input stays readable until the control step after next.
+  // `rooted`: only this rank's input is read, by every peer (broadcast).
+  virtual size_t preload_capacity() const { return 0; }
+  virtual void preload(const void* /*input*/, size_t /*bytes*/, bool /*rooted*/) {}
+  virtual const char* preloaded(int /*rank*/) { return nullptr; }
+
   // Control plane, used by the controller once per cycle.
   // Bitwise AND of `words` across ranks, in place. Waits politely: the other
   // ranks may be busy computing, and a spinning wait would steal their core.

@@ -15,6 +15,7 @@ TransportSettings TransportSettings::from(const Tunables& tunables) {
   s.mode = tunables.transport;
   s.shm_chunk_bytes = static_cast<size_t>(tunables.shm_chunk_bytes);
   s.shm_small_bytes = static_cast<size_t>(tunables.shm_small_bytes);
+  s.shm_preload_bytes = static_cast<size_t>(tunables.shm_preload_bytes);
   s.shm_stream_bytes = static_cast<size_t>(tunables.shm_stream_bytes);
   s.shm_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_single_copy_bytes));
   s.spin_microseconds = tunables.spin_microseconds;

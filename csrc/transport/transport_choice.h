@@ -20,6 +20,7 @@ struct TransportSettings {
   std::string mode = "mpi";  // auto | shm | mpi
   size_t shm_chunk_bytes = size_t(1) << 20;
   size_t shm_small_bytes = 16384;
+  size_t shm_preload_bytes = 0;
   size_t shm_stream_bytes = 0;
   size_t shm_single_copy_bytes = 0;
   int spin_microseconds = 0;

@@ -42,6 +42,9 @@ struct Response {
   // row-major (rank r's splits at [r * size, (r + 1) * size)); kError: the ranks
   // that refused the tensor at submission (they hold no tensor for it).
   std::vector<int64_t> per_rank;
+  // Never on the wire: this cycle's control step carried every rank's input
+  // (Transport::preload), so the collective runs from there, alone.
+  bool preloaded = false;
 
   // Whether rank `rank`'s request is one this (cached) response answers:
   // ragged collectives compare that rank's own first dimension or splits.
