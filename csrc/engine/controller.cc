@@ -217,8 +217,8 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
   int64_t bytes = -1;
   if (input) {
     // Callers name roots by global rank.
-    const int root = static_cast<int>(std::find(members_.begin(), members_.end(), first->request.root) - members_.begin());
-    bytes = preload_bytes(first->request, transport_.rank(), root, tunables_);
+    const auto root = std::find(members_.begin(), members_.end(), first->request.root);
+    bytes = preload_bytes(first->request, transport_.rank(), static_cast<int>(root - members_.begin()), tunables_);
   }
   const size_t capacity = transport_.preload_capacity();  // 0: the transport carries no data with control
   if (bytes < 0 || capacity == 0 || static_cast<size_t>(bytes) > capacity) {

@@ -6,11 +6,12 @@
 // some rank holds a tensor the cache cannot express do the ranks gather
 // their new requests at the coordinator (rank 0), which matches them by name,
 // checks that every rank described the tensor the same way, and broadcasts
-// the list of responses. Where the transport can carry data with the AND
-// (shared memory), each rank also sends the input of its first cached tensor
-// and a third bit set, one bit per rank, that says which: a bit left set
-// after the AND means every rank sent that tensor's input, and it runs from there. Every rank then executes the same list in the same
+// the list of responses. Every rank then executes the same list in the same
 // order, so ranks may enqueue in different orders without deadlock.
+// Where the transport carries data with the AND (shared memory), each rank
+// also sends the input of its first cached tensor, and sets that tensor's bit
+// in a third bit vector: a bit still set after the AND means every rank sent
+// that tensor's input, and it runs from there without a step of its own.
 #pragma once
 
 #include <chrono>

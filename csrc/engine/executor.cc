@@ -188,7 +188,9 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   if (group.front().preloaded) {  // one tensor: every rank's rows from its input
     const int64_t t = timeline_.activity_start();
     char* out = entries.front().allocated->bytes.data();
-    for (int r = 0; r < n; ++r) copy_bytes(out + layout.offset[r] * esize, transport_.preloaded(r), layout.count[r] * esize);
+    for (int r = 0; r < n; ++r) {
+      copy_bytes(out + layout.offset[r] * esize, transport_.preloaded(r), layout.count[r] * esize);
+    }
     return timeline_.activity("SHM_PRELOADED_ALLGATHERV", t);
   }
   // One tensor gathers straight into its output; several go through the fusion buffer.

@@ -31,6 +31,7 @@ class Executor {
   const char* native(const char* mpi_label, const char* shm_label) const;
   // `preloaded`: a lone tensor whose every rank's input came with the control
   // step (Transport::preload): each rank computes its own output from those, with no step.
+  // Only shared memory preloads, hence the timeline's SHM_PRELOADED_* names.
   void allreduce(std::vector<TensorEntry>& entries, bool preloaded);
   void reducescatter(std::vector<TensorEntry>& entries, bool preloaded);
   void allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries);
