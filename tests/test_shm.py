@@ -25,7 +25,7 @@ def horo_segments():
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_", [1, 2, 3, 4])
 def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
-    ranks(np_, "ranks_shm.py", env=SHM, timeout=LAUNCH_TIMEOUT, select="not exits")
+    ranks(np_, "ranks_shm.py", env=SHM, timeout=LAUNCH_TIMEOUT, select="not exits and not differ_between_ranks")
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
@@ -44,7 +44,12 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
     (3, {"HORO_SHM_PRELOAD_BYTES": "0"}),
 ], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2", "unpreloaded-np3"])
 def test_every_collective_matches_numpy_however_the_bytes_move(ranks, np_, tunables):
-    ranks(np_, "ranks_shm.py", env=dict(SHM, **tunables), timeout=LAUNCH_TIMEOUT, select="not exits")
+    ranks(np_, "ranks_shm.py", env=dict(SHM, **tunables), timeout=LAUNCH_TIMEOUT, select="not exits and not differ_between_ranks")
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+def test_shared_memory_settings_that_differ_between_ranks_follow_rank_0(ranks):
+    ranks(3, "ranks_shm.py", env={"HORO_TRANSPORT": "shm"}, timeout=LAUNCH_TIMEOUT, select="differ_between_ranks")
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)

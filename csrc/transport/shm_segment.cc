@@ -43,6 +43,12 @@ ShmSegment::ShmSegment(MPI_Comm comm, size_t chunk_bytes, size_t preload_bytes) 
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  // Rank 0's sizes for everyone: a setting that differs between ranks' environments
+  // must not give them different layouts of one segment (or a mapping past its end).
+  uint64_t sizes[2] = {chunk_bytes, preload_bytes};
+  MPI_Bcast(sizes, 2, MPI_UINT64_T, 0, comm);
+  chunk_bytes = sizes[0];
+  preload_bytes = sizes[1];
   chunk_bytes_ = round_up(chunk_bytes, 64);
   slots_at_ = round_up(64 + sizeof(ShmRankState) * size, 4096);
   slot_stride_ = round_up(sizeof(ShmMailbox) + chunk_bytes_, 4096);

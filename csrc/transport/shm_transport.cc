@@ -42,9 +42,12 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       stream_bytes_(inner_->settings().shm_stream_bytes),
       spin_(inner_->settings().spin_microseconds),
       spin_yields_(inner_->settings().spin_yields) {
-  if (inner_->settings().shm_single_copy_bytes > 0 && cross_memory_works(inner_->comm())) {
-    single_copy_bytes_ = inner_->settings().shm_single_copy_bytes;
-  }
+  // The settings that decide how many steps a collective takes come from rank 0, as the
+  // segment's sizes do: ranks whose environments differ must still take the same steps.
+  uint64_t protocol[2] = {small_bytes_, inner_->settings().shm_single_copy_bytes};
+  MPI_Bcast(protocol, 2, MPI_UINT64_T, 0, inner_->comm());
+  small_bytes_ = protocol[0];
+  if (protocol[1] > 0 && cross_memory_works(inner_->comm())) single_copy_bytes_ = protocol[1];
 }
 
 void ShmTransport::publish_addresses(const void* address, const void* extra) {

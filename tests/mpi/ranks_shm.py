@@ -208,6 +208,33 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
             assert PRELOADED <= seen, f"never ran from preloaded inputs: {sorted(PRELOADED - seen)}"
 
 
+def test_settings_that_differ_between_ranks_follow_rank_0():
+    """Selected alone by test_shm.py (it starts horo itself): every rank's environment asks for
+    other shared-memory sizes. The segment's layout and the protocol (one-step allreduce, direct
+    reads, preloaded inputs) follow rank 0's, so the ranks still take the same steps."""
+    import horo
+
+    os.environ.update({
+        "HORO_SHM_CHUNK_BYTES": str(4096 * (RANK + 1)),
+        "HORO_SHM_SMALL_BYTES": str(2048 * (RANK + 1)),
+        "HORO_SHM_PRELOAD_BYTES": str(8192 * (WORLD - RANK)),
+        "HORO_SHM_SINGLE_COPY_BYTES": str(0 if RANK == 0 else 4096),
+    })
+    horo.init()
+    try:
+        for step in range(3):  # the first call negotiates, later ones run from the cache
+            for count in (1, 700, 1500, 5000):
+                inputs = [contribution("float32", count, r) + step for r in range(WORLD)]
+                got = horo.allreduce(inputs[RANK], op=horo.Sum, name=f"mixed.ar.{count}")
+                assert np.array_equal(got, np.add.reduce(np.stack(inputs), axis=0)), f"allreduce x{count}"
+                got = horo.broadcast(inputs[RANK], root_rank=WORLD - 1, name=f"mixed.bc.{count}")
+                assert np.array_equal(got, inputs[WORLD - 1]), f"broadcast x{count}"
+                got = horo.allgather(inputs[RANK], name=f"mixed.ag.{count}")
+                assert np.array_equal(got, np.concatenate(inputs)), f"allgather x{count}"
+    finally:
+        horo.shutdown()
+
+
 def test_process_sets_get_their_own_segment(hvd):
     if WORLD < 3:
         pytest.skip("needs three ranks")
