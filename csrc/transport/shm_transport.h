@@ -7,8 +7,10 @@
 // all-gather by copy, chunk by chunk so the data stays in cache (the shape
 // of DeepSpeed's CPU shm allreduce and Open MPI's coll/xhc). The control
 // plane runs through the same slots, so a steady-state cycle sends no MPI
-// message. Large moves (broadcast, allgather, alltoall, gather, scatter) skip
-// the segment where the kernel allows: receivers read the senders' buffers
+// message, and a small cached collective's inputs ride its control step
+// (preload): each rank then computes its output with no step of its own.
+// Large moves (broadcast, allgather, alltoall, gather, scatter) skip the
+// segment where the kernel allows: receivers read the senders' buffers
 // directly (cross_memory.h), one copy instead of two.
 // Point-to-point (the ring) and split stay on the inner MPI transport.
 #pragma once
