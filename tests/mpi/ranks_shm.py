@@ -150,7 +150,8 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
     rank's input (up to HORO_SHM_PRELOAD_BYTES) rides the cycle's control step: each rank computes
     its output from its peers' inputs in place. Fresh data every call (a stale input would show),
     the two areas of each rank taken in turn, ragged shapes, every root; then two cached tensors
-    submitted in opposite orders (ranks preload different ones, and the usual path runs)."""
+    in flight at once, submitted in opposite orders (a rank may preload one its peers have not
+    submitted yet: the AND leaves no bit, and the usual path runs)."""
     if WORLD == 1:
         pytest.skip("one rank: nothing to preload")
     import json
