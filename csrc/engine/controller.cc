@@ -75,8 +75,10 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
   const int bits = cache_.bit_bound();
   const size_t nwords = (bits + 63) / 64;
   const size_t ready_at = 1, valid_at = 1 + nwords, preloaded_at = 1 + 2 * nwords;
+  // The "preloaded" bits only where the transport carries data (a capacity every rank shares).
+  const bool preloads = transport_.preload_capacity() > 0;
   std::vector<uint64_t>& words = words_;
-  words.assign(1 + 3 * nwords, 0);
+  words.assign(1 + (preloads ? 3 : 2) * nwords, 0);
   std::fill(words.begin() + valid_at, words.begin() + preloaded_at, ~uint64_t(0));
   bool must_negotiate = transport_.rank() == 0 && stall_shutdown_due();
   const double stall_s = tunables_.stall_check_seconds;
@@ -128,7 +130,7 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
       }
     }
   }
-  const int preloaded = preload_first_ready(input_of);
+  const int preloaded = preloads ? preload_first_ready(input_of) : -1;
   if (preloaded >= 0) set_bit(words, preloaded_at, preloaded);
   words[0] = (must_negotiate ? 0 : kFlagNothingToNegotiate) | (shutdown_requested ? 0 : kFlagNotShuttingDown) |
              (joined_ ? kFlagJoined : 0);
@@ -155,7 +157,7 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
   for (int bit = 0; bit < bits && !all_joined; ++bit) {
     if (!test_bit(words, ready_at, bit) || !test_bit(words, valid_at, bit)) continue;
     cycle.responses.push_back(cache_.get(bit));
-    cycle.responses.back().preloaded = test_bit(words, preloaded_at, bit);
+    cycle.responses.back().preloaded = preloads && test_bit(words, preloaded_at, bit);
     cache_.touch(bit);
     for (size_t i = 0; i < pending_.size(); ++i) {
       if (!pending_[i].sent && pending_[i].cache_bit == bit) ran[i] = true;
@@ -212,16 +214,16 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
   for (const Pending& p : pending_) {
     if (!p.sent && p.cache_bit >= 0 && (!first || p.cache_bit < first->cache_bit)) first = &p;
   }
-  // A joined rank stands in with identity values, which it holds nowhere to send.
-  const void* input = first && !joined_ ? input_of(first->request) : nullptr;
   int64_t bytes = -1;
-  if (input) {
+  const void* input = nullptr;
+  // A joined rank stands in with identity values, which it holds nowhere to send.
+  if (first && !joined_) {
     // Callers name roots by global rank.
     const auto root = std::find(members_.begin(), members_.end(), first->request.root);
     bytes = preload_bytes(first->request, transport_.rank(), static_cast<int>(root - members_.begin()), tunables_);
+    if (bytes >= 0 && static_cast<size_t>(bytes) <= transport_.preload_capacity()) input = input_of(first->request);
   }
-  const size_t capacity = transport_.preload_capacity();  // 0: the transport carries no data with control
-  if (bytes < 0 || capacity == 0 || static_cast<size_t>(bytes) > capacity) {
+  if (!input) {
     transport_.preload(nullptr, 0, false);  // the cycle counts all the same
     return -1;
   }

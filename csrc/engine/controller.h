@@ -65,7 +65,8 @@ class Controller {
   };
 
   // Hands the transport the input of this rank's first cached tensor ready to run,
-  // where its collective can run from there; returns its bit (-1: none).
+  // where its collective can run from there; returns its bit (-1: none). Only where
+  // the transport carries data (preload_capacity() > 0); every cycle, to count it.
   int preload_first_ready(FunctionRef<const void*(const Request&)> input_of);
   std::vector<Response> coordinate(const std::vector<std::string>& gathered);
   // Files rank r's request under its name, or behind the entry there when r
