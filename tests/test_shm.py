@@ -36,7 +36,7 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
     (3, {"HORO_SHM_SINGLE_COPY_BYTES": "1"}),
     # ... from 4 KiB, one alltoall mixes pairs read directly with pairs through the segment;
     (3, {"HORO_SHM_SINGLE_COPY_BYTES": "4096"}),
-    # all through the segment, rooted moves copied in with non-temporal stores (odd heads and tails);
+    # all through the segment, copied in with non-temporal stores (odd heads and tails);
     (3, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "1"}),
     # everything through the segment with plain copies;
     (2, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "0"}),

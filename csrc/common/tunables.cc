@@ -43,9 +43,9 @@ const std::vector<TunableSpec>& tunable_specs() {
        "before it sleeps; "
        "auto: 50 while a host runs no more ranks than cores, else 20"},
       {"HORO_SHM_STREAM_BYTES", "", "16384",
-       "shared-memory broadcast, scatter and gather copy pieces of this size and up into the segment "
-       "with non-temporal stores, which skip fetching the lines the readers read last (on a 2-vCPU VM "
-       "a plain copy into them ran 3-10x slower in some jobs); 0: never"},
+       "shared-memory collectives copy pieces of this size and up into the segment with non-temporal "
+       "stores, which skip fetching the lines the readers read last (on a 2-vCPU VM a plain copy into "
+       "them ran 3-10x slower in some jobs); 0: never"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
        "shared-memory broadcast, allgather, alltoall (per pair of ranks), gather and scatter from this "
        "size up: receivers read straight from the senders' buffers (process_vm_readv) where the kernel "

@@ -82,11 +82,11 @@ class ShmTransport : public Transport {
   // slice, or a peer still finishing its ring step could wait for this one forever.
   void keep_mpi_moving();
   char* slot(int r) { return segment_.data(r, half_); }
-  // Copies a piece of a rooted move (broadcast, scatter, gather: one side writes, the
-  // other reads) into a slot, with non-temporal stores from stream_bytes_ up
-  // (common/stream_bytes.h). Only there: measured at np=2, allgather and alltoall
-  // (every rank copies in and out) and reducescatter ran slower with them.
-  void fill_rooted(char* slot_at, const void* src, size_t bytes) const;
+  // Copies a collective's data into a slot that peers read next, with non-temporal
+  // stores from stream_bytes_ up (common/stream_bytes.h): on the 2-vCPU VM a plain
+  // copy into lines a peer read last ran 3-4x slower in about half the jobs, every
+  // collective alike; streamed, no job is slow (a job that is fast anyway loses ~15%).
+  void fill_slot(char* slot_at, const void* src, size_t bytes) const;
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
