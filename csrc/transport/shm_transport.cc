@@ -208,20 +208,24 @@ bool ShmTransport::native_allreduce(const void* input, void* output, size_t coun
     fill_slot(slot(rank_), chunk, lo * esize);
     fill_slot(slot(rank_) + hi * esize, chunk + hi * esize, (m - hi) * esize);
     step();
-    // Reduce-scatter: this rank's slice, from its input and every peer's slot, into its own slot.
+    // Reduce-scatter: this rank's slice, from its input and every peer's slot, straight
+    // into its output, then copied into its slot for the peers. Reduced into the slot
+    // instead, its plain stores hit lines the peers read last round: np=2, 1 MiB, five
+    // jobs each, 124-294 us a call (four jobs 3x slow), against 98-113 us this way.
     if (hi > lo) {
-      char* mine = slot(rank_) + lo * esize;
+      char* mine = out + (done + lo) * esize;
       const int first = rank_ == 0 ? 1 : 0;
       reduce_to(dtype, op, mine, chunk + lo * esize, slot(first) + lo * esize, hi - lo);
       for (int p = first + 1; p < size_; ++p) {
         if (p != rank_) reduce_into(dtype, op, mine, slot(p) + lo * esize, hi - lo);
       }
+      fill_slot(slot(rank_) + lo * esize, mine, (hi - lo) * esize);
     }
     step();
-    // All-gather by copy: each slice from the rank that reduced it.
+    // All-gather by copy: each peer's slice from the peer that reduced it.
     for (int p = 0; p < size_; ++p) {
       const size_t plo = std::min(m, p * slice), phi = std::min(m, plo + slice);
-      if (phi > plo) copy_bytes(out + (done + plo) * esize, slot(p) + plo * esize, (phi - plo) * esize);
+      if (p != rank_ && phi > plo) copy_bytes(out + (done + plo) * esize, slot(p) + plo * esize, (phi - plo) * esize);
     }
   }
   return true;

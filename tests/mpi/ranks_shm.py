@@ -85,6 +85,11 @@ def test_allreduce_in_place_and_fused(hvd):
         hvd.synchronize(h)
     for a, c in zip(arrays, (5, 4096, 33333)):
         assert np.array_equal(a, sum(contribution("float32", c, r) for r in range(WORLD)))
+    # Alone and in place over several chunks: each rank reduces its slice straight into its output,
+    # which is its input too.
+    big = contribution("float32", 300001, RANK)
+    hvd.allreduce_(big, op=hvd.Sum, name="inplace.big")
+    assert np.array_equal(big, sum(contribution("float32", 300001, r) for r in range(WORLD)))
 
 
 def test_data_movement_collectives_match_numpy(hvd):
