@@ -47,9 +47,11 @@ const std::vector<TunableSpec>& tunable_specs() {
        "stores, which skip fetching the lines the readers read last (on a 2-vCPU VM a plain copy into "
        "them ran 3-10x slower in some jobs); 0: never"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
-       "shared-memory broadcast, allgather, alltoall (per pair of ranks), gather and scatter from this "
-       "size up: receivers read straight from the senders' buffers (process_vm_readv) where the kernel "
-       "allows it; 0: never"},
+       "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
+       "senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
+      {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
+       "the same for shared-memory allgather (whole output) and alltoall (per pair of ranks), where every "
+       "rank receives; auto: 262144 while a host runs no more ranks than cores, else 16777216"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
@@ -172,6 +174,9 @@ Tunables Tunables::from_environment() {
   t.shm_preload_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_PRELOAD_BYTES")));
   t.shm_stream_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_STREAM_BYTES")));
   t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
+  t.shm_exchange_single_copy_bytes = lookup("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES") == "auto"
+                                         ? -1
+                                         : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES")));
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");

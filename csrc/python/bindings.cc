@@ -83,6 +83,12 @@ void init(int64_t fortran_comm) {
     tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 20;
   }
   tunables.spin_yields = static_cast<unsigned>(g_info.local_size) > cores;
+  if (tunables.shm_exchange_single_copy_bytes < 0) {  // auto
+    // Read directly, every rank copies each peer's data once instead of in and out of the
+    // segment: np=2 on 2 cores, 1 MiB allgather 64.5 us against 82.3, alltoall 70 against
+    // 91 (medians of four jobs). With more ranks than cores it measured no better (np=4).
+    tunables.shm_exchange_single_copy_bytes = static_cast<unsigned>(g_info.local_size) <= cores ? 262144 : 16777216;
+  }
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
                       std::to_string(g_info.local_size) + " local ranks (rank 0's host), transport " + g_transport;

@@ -44,10 +44,14 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       spin_yields_(inner_->settings().spin_yields) {
   // The settings that decide how many steps a collective takes come from rank 0, as the
   // segment's sizes do: ranks whose environments differ must still take the same steps.
-  uint64_t protocol[2] = {small_bytes_, inner_->settings().shm_single_copy_bytes};
-  MPI_Bcast(protocol, 2, MPI_UINT64_T, 0, inner_->comm());
+  uint64_t protocol[3] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
+                          inner_->settings().shm_exchange_single_copy_bytes};
+  MPI_Bcast(protocol, 3, MPI_UINT64_T, 0, inner_->comm());
   small_bytes_ = protocol[0];
-  if (protocol[1] > 0 && cross_memory_works(inner_->comm())) single_copy_bytes_ = protocol[1];
+  if ((protocol[1] > 0 || protocol[2] > 0) && cross_memory_works(inner_->comm())) {
+    single_copy_bytes_ = protocol[1];
+    exchange_single_copy_bytes_ = protocol[2];
+  }
 }
 
 void ShmTransport::publish_addresses(const void* address, const void* extra) {
@@ -274,7 +278,7 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
   char* out = static_cast<char*>(output);
   const char* my = static_cast<const char*>(mine);
   if (my != out + offset[rank_] && byte_counts[rank_]) copy_bytes(out + offset[rank_], my, byte_counts[rank_]);
-  if (single_copy(offset.back() + byte_counts.back())) {
+  if (exchange_single_copy(offset.back() + byte_counts.back())) {
     publish_addresses(my);
     for (int i = 1; i < size_; ++i) {  // starting at the next rank: readers spread over the owners
       const int p = (rank_ + i) % size_;
@@ -362,7 +366,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   if (send_bytes[rank_]) copy_bytes(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
   const size_t per_peer = round_down(chunk_ / size_, kLine);
   // A pair's size is known at both ends (send_bytes[r] here is recv_bytes[rank_] on r), so
-  // both decide alike (single_copy), without a message, that the receiver reads it from the
+  // both decide alike (exchange_single_copy), without a message, that the receiver reads it from the
   // sender's input.
   // Only the senders know the sizes of all pairs: round 0 tells everyone how many rounds
   // the pairs through the segment take, and whether any rank reads a peer directly.
@@ -370,7 +374,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   bool reads = false;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (single_copy(send_bytes[r])) {
+    if (exchange_single_copy(send_bytes[r])) {
       reads = true;
     } else {
       my_rounds = std::max(my_rounds, ceil_div(send_bytes[r], per_peer));
@@ -387,7 +391,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
       mail(rank_)[3] = reads ? 1 : 0;
     }
     for (int r = 0; r < size_; ++r) {
-      const size_t n = single_copy(send_bytes[r]) ? 0 : piece(send_bytes[r], k, per_peer);
+      const size_t n = exchange_single_copy(send_bytes[r]) ? 0 : piece(send_bytes[r], k, per_peer);
       if (r != rank_ && n) fill_slot(slot(rank_) + r * per_peer, in + send_at[r] + k * per_peer, n);
     }
     step();
@@ -399,14 +403,14 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
       // Each large piece for this rank starts at its sender's own send offset, read from its memory first.
       for (int i = 1; i < size_; ++i) {
         const int p = (rank_ + i) % size_;  // readers spread over the owners
-        if (!single_copy(recv_bytes[p])) continue;
+        if (!exchange_single_copy(recv_bytes[p])) continue;
         size_t at = 0;
         read_from(p, mail(p)[2] + rank_ * sizeof(size_t), &at, sizeof(at));
         read_from(p, mail(p)[1] + at, out + recv_at[p], recv_bytes[p]);
       }
     }
     for (int p = 0; p < size_; ++p) {
-      const size_t n = single_copy(recv_bytes[p]) ? 0 : piece(recv_bytes[p], k, per_peer);
+      const size_t n = exchange_single_copy(recv_bytes[p]) ? 0 : piece(recv_bytes[p], k, per_peer);
       if (p != rank_ && n) copy_bytes(out + recv_at[p] + k * per_peer, slot(p) + rank_ * per_peer, n);
     }
   }

@@ -92,8 +92,14 @@ class ShmTransport : public Transport {
   static size_t piece(size_t total, size_t k, size_t per_round);
   // Bytes per round of a move (broadcast, allgather, gather) whose largest contribution is `largest`.
   size_t move_piece(size_t largest) const;
-  // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly.
+  // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly. Rooted moves
+  // (broadcast, gather, scatter) from a larger size than exchanges (allgather, alltoall): through
+  // the segment the root's copy in overlaps the readers' copies out, while in an exchange every
+  // rank copies in and out, so reading directly halves each rank's work.
   bool single_copy(size_t bytes) const { return single_copy_bytes_ > 0 && bytes >= single_copy_bytes_; }
+  bool exchange_single_copy(size_t bytes) const {
+    return exchange_single_copy_bytes_ > 0 && bytes >= exchange_single_copy_bytes_;
+  }
   // Publishes `address` (and `extra`) in this rank's mailbox; returns once every rank has.
   void publish_addresses(const void* address, const void* extra = nullptr);
   // Reads a peer's memory; a failure is kept for finish_reads() rather than
@@ -111,6 +117,7 @@ class ShmTransport : public Transport {
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
   size_t stream_bytes_ = 0;       // 0: plain copies into the slots
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
+  size_t exchange_single_copy_bytes_ = 0;
   std::string read_error_;
   std::chrono::microseconds spin_{0};
   bool spin_yields_ = true;

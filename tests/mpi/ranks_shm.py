@@ -225,6 +225,7 @@ def test_settings_that_differ_between_ranks_follow_rank_0():
         "HORO_SHM_SMALL_BYTES": str(2048 * (RANK + 1)),
         "HORO_SHM_PRELOAD_BYTES": str(8192 * (WORLD - RANK)),
         "HORO_SHM_SINGLE_COPY_BYTES": str(0 if RANK == 0 else 4096),
+        "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": str(4096 if RANK == 0 else 0),
     })
     horo.init()
     try:
