@@ -1,8 +1,9 @@
 """The shared-memory transport from inside each rank: the segment is private and
 already unlinked, every collective is right at sizes that straddle its chunk
 (the driver sets HORO_SHM_CHUNK_BYTES=4096, so most cases take several rounds),
-0-sized and odd-sized tensors, control messages larger than a chunk, process sets
-(each with a segment of its own), and a rank that exits mid-collective.
+0-sized and odd-sized tensors, large core-allocated outputs (pooled, in huge pages),
+control messages larger than a chunk, process sets (each with a segment of its own),
+and a rank that exits mid-collective.
 
 Runs inside each MPI rank under HORO_TRANSPORT=shm (see tests/test_shm.py).
 """
@@ -112,6 +113,46 @@ def test_data_movement_collectives_match_numpy(hvd):
             start = sum(splits[s][:RANK])
             pieces.append(sent[s][start : start + splits[s][RANK]])
         assert np.array_equal(got, np.concatenate(pieces)), f"alltoall x{count}"
+
+
+def vm_flags_at(address):
+    """The VmFlags of the mapping of this process that holds `address` (/proc/self/smaps)."""
+    inside = False
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(a, 16) for a in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_large_outputs_come_from_huge_page_buffers_never_shared_with_a_held_output(hvd):
+    # 4 MiB and more (so each holds a whole aligned huge page): the core allocates them from its
+    # buffer pool, which takes a buffer back only once its array is gone. Half the outputs are
+    # held while the next calls run.
+    n = WORLD * ((4 << 20) // 8 // WORLD + 5)
+    held = []
+    for i in range(4):
+        inputs = [np.arange(n, dtype=np.float64) + 1e7 * r + i for r in range(WORLD)]
+        got = hvd.allgather(inputs[RANK], name="pool.allgather")
+        assert np.array_equal(got, np.concatenate(inputs)), f"allgather {i}"
+        sent = [x.reshape(WORLD, -1) for x in inputs]
+        moved = hvd.alltoall(inputs[RANK], name="pool.alltoall")
+        assert np.array_equal(moved, np.concatenate([s[RANK] for s in sent])), f"alltoall {i}"
+        if i % 2 == 0:
+            held.append((got, np.concatenate(inputs)))
+    for got, expected in held:
+        assert np.array_equal(got, expected), "an output the caller held was overwritten"
+    # Advised as huge pages (MADV_HUGEPAGE shows as "hg"), as NumPy advises its own large arrays;
+    # a kernel built without transparent huge pages refuses the advice.
+    if not os.path.exists("/sys/kernel/mm/transparent_hugepage"):
+        return
+    start = got.ctypes.data
+    interior = (start + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+    assert interior + (2 << 20) <= start + got.nbytes
+    assert "hg" in vm_flags_at(interior), vm_flags_at(interior)
 
 
 def test_reducescatter_gather_scatter_reduce(hvd):
