@@ -174,9 +174,10 @@ Tunables Tunables::from_environment() {
   t.shm_preload_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_PRELOAD_BYTES")));
   t.shm_stream_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_STREAM_BYTES")));
   t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
-  t.shm_exchange_single_copy_bytes = lookup("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES") == "auto"
-                                         ? -1
-                                         : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES")));
+  t.shm_exchange_single_copy_bytes =
+      lookup("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES") == "auto"
+          ? -1
+          : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES")));
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");

@@ -1,8 +1,8 @@
 // Large output buffers handed to callers come back here when the caller
 // drops them, and serve the next output of the same size. A fresh 64 MiB
 // allocation is mapped page by page on first touch (16k page faults), which
-// costs more than moving the data; a recycled one is already mapped. They are
-// allocated in huge pages (buffer_pool.cc).
+// costs more than moving the data; a recycled one is already mapped. Their
+// whole huge pages are advised as such (buffer_pool.cc).
 #pragma once
 
 #include <cstddef>
