@@ -50,8 +50,9 @@ const std::vector<TunableSpec>& tunable_specs() {
        "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
        "senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
-       "the same for shared-memory allgather (whole output) and alltoall (per pair of ranks), where every "
-       "rank receives; auto: 262144 while a host runs no more ranks than cores, else 16777216"},
+       "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "
+       "from one peer (allgather: the largest contribution; alltoall: per pair of ranks); auto: 1048576 "
+       "while a host runs no more ranks than cores, else 4194304"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "

@@ -85,9 +85,11 @@ void init(int64_t fortran_comm) {
   tunables.spin_yields = static_cast<unsigned>(g_info.local_size) > cores;
   if (tunables.shm_exchange_single_copy_bytes < 0) {  // auto
     // Read directly, every rank copies each peer's data once instead of in and out of the
-    // segment: np=2 on 2 cores, 1 MiB allgather 64.5 us against 82.3, alltoall 70 against
-    // 91 (medians of four jobs). With more ranks than cores it measured no better (np=4).
-    tunables.shm_exchange_single_copy_bytes = static_cast<unsigned>(g_info.local_size) <= cores ? 262144 : 16777216;
+    // segment. In-job A/B, inputs written afresh before each call (as a training step does),
+    // np=2, time read directly / through the segment: allgather 1.19-1.22 at 256 KiB per peer,
+    // 1.03-1.08 at 512 KiB, 0.73-0.95 from 1 MiB; alltoall 0.92-0.99 at 512 KiB pairs, 0.75-0.93
+    // at 2 MiB. np=4 on 2 cores: alltoall 4 MiB pairs 0.76, allgather 4 MiB per peer 1.07, 16 MiB 1.01.
+    tunables.shm_exchange_single_copy_bytes = static_cast<unsigned>(g_info.local_size) <= cores ? 1048576 : 4194304;
   }
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +

@@ -278,7 +278,8 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
   char* out = static_cast<char*>(output);
   const char* my = static_cast<const char*>(mine);
   if (my != out + offset[rank_] && byte_counts[rank_]) copy_bytes(out + offset[rank_], my, byte_counts[rank_]);
-  if (exchange_single_copy(offset.back() + byte_counts.back())) {
+  // Decided on the largest contribution, which every rank knows: the most any rank reads from one peer.
+  if (exchange_single_copy(*std::max_element(byte_counts.begin(), byte_counts.end()))) {
     publish_addresses(my);
     for (int i = 1; i < size_; ++i) {  // starting at the next rank: readers spread over the owners
       const int p = (rank_ + i) % size_;

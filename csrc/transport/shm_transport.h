@@ -93,9 +93,10 @@ class ShmTransport : public Transport {
   // Bytes per round of a move (broadcast, allgather, gather) whose largest contribution is `largest`.
   size_t move_piece(size_t largest) const;
   // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly. Rooted moves
-  // (broadcast, gather, scatter) from a larger size than exchanges (allgather, alltoall): through
-  // the segment the root's copy in overlaps the readers' copies out, while in an exchange every
-  // rank copies in and out, so reading directly halves each rank's work.
+  // (broadcast, gather, scatter) compare their whole size; exchanges (allgather, alltoall) the
+  // bytes read from one peer, and from a smaller size: through the segment the root's copy in
+  // overlaps the readers' copies out, while in an exchange every rank copies in and out, so
+  // reading directly halves each rank's work.
   bool single_copy(size_t bytes) const { return single_copy_bytes_ > 0 && bytes >= single_copy_bytes_; }
   bool exchange_single_copy(size_t bytes) const {
     return exchange_single_copy_bytes_ > 0 && bytes >= exchange_single_copy_bytes_;
