@@ -77,19 +77,20 @@ void init(int64_t fortran_comm) {
   MPI_Comm ours = mpi_attach(user, &g_info);
   set_log_context(g_info.rank, tunables.log_level);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const bool oversubscribed = static_cast<unsigned>(g_info.local_size) > cores;  // decides the auto settings
   if (tunables.spin_microseconds < 0) {  // auto
     // More ranks than cores: shorter, and mostly yielding (futex_wait.cc), since the rank
     // waited for needs this core; measured (np=4, 2 cores) 20 beats both 0 and 100.
-    tunables.spin_microseconds = static_cast<unsigned>(g_info.local_size) <= cores ? 50 : 20;
+    tunables.spin_microseconds = oversubscribed ? 20 : 50;
   }
-  tunables.spin_yields = static_cast<unsigned>(g_info.local_size) > cores;
+  tunables.spin_yields = oversubscribed;
   if (tunables.shm_exchange_single_copy_bytes < 0) {  // auto
     // Read directly, every rank copies each peer's data once instead of in and out of the
     // segment. In-job A/B, inputs written afresh before each call (as a training step does),
     // np=2, time read directly / through the segment: allgather 1.19-1.22 at 256 KiB per peer,
     // 1.03-1.08 at 512 KiB, 0.73-0.95 from 1 MiB; alltoall 0.92-0.99 at 512 KiB pairs, 0.75-0.93
     // at 2 MiB. np=4 on 2 cores: alltoall 4 MiB pairs 0.76, allgather 4 MiB per peer 1.07, 16 MiB 1.01.
-    tunables.shm_exchange_single_copy_bytes = static_cast<unsigned>(g_info.local_size) <= cores ? 1048576 : 4194304;
+    tunables.shm_exchange_single_copy_bytes = oversubscribed ? 4194304 : 1048576;
   }
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
