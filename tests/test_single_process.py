@@ -223,8 +223,15 @@ def test_bad_input_errors_in_a_world_of_one():
         expect(ValueError, lambda: horo.allreduce(np.ones(8, np.float32)[::2], name="t.strided"),
                "t.strided", "contiguous")
         expect(ValueError, lambda: horo.allreduce_(np.ones((3, 4), np.float64).T, name="t.T"), "t.T", "contiguous")
+        # The core's own entry: a collective that writes the caller's buffer, given none, raises (never writes to 0).
+        from horo._native import _core
+        codes, x = _core.collective_codes, np.ones(4, np.float32)
+        for coll in ("allreduce", "broadcast", "reducescatter", "reduce", "scatter"):
+            expect(ValueError, lambda: _core.run(codes[coll], "t.none", x, None, 6, 1, 1.0, 1.0, 0, [], 0),
+                   coll, "t.none", "no output buffer")
         # still works afterwards, and the rejected names are free
         assert np.array_equal(horo.allreduce(np.ones(3, np.float32), name="t.bad", op=horo.Sum), np.ones(3))
+        assert np.array_equal(horo.allreduce(x, name="t.none", op=horo.Sum), x)
         horo.shutdown()
         """
     )

@@ -70,6 +70,10 @@ int submit(const horo_request* request, horo_done_fn done, void* user, int* stat
   r.process_set = request->process_set;
   entry.input = request->input;
   entry.output = request->output;
+  if (collective_writes_callers_output(r.type) && !entry.output && r.num_elements() > 0) {
+    return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': no output buffer was given (a " + kind +
+                                             " writes into the caller's)");
+  }
   auto on_complete = [done, user](HandleTable::Result&& result) {
     horo_result out{};
     out.status = classify(result.error);

@@ -87,4 +87,8 @@ bool collective_reduces(CollectiveType type) {
   return type == CollectiveType::kAllreduce || type == CollectiveType::kReducescatter || type == CollectiveType::kReduce;
 }
 
+bool collective_writes_callers_output(CollectiveType type) {
+  return collective_reduces(type) || type == CollectiveType::kBroadcast || type == CollectiveType::kScatter;
+}
+
 }  // namespace horo

@@ -70,5 +70,7 @@ const char* collective_name(CollectiveType type);
 bool collective_valid(int code);
 // Allreduce, reducescatter and reduce combine values (the dtype must be reducible).
 bool collective_reduces(CollectiveType type);
+// Those that write into a buffer the caller gives (allgather, alltoall and gather allocate theirs).
+bool collective_writes_callers_output(CollectiveType type);
 
 }  // namespace horo
