@@ -24,8 +24,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
 def _start(tensor, splits, name, process_set, waits):
     # `waits`: alltoall() wants the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "alltoall", process_set)
-    with refusing("alltoall", name, process_set):
+    try:  # not `with refusing(...)`: the hot path (see enqueue.enqueue)
         array = as_array(tensor, name)
+    except Exception as e:
+        refusing("alltoall", name, process_set).announce(e)
+        raise
     if array.ndim == 0:
         array = array.reshape(1)
     n = process_sets.resolve(process_set, name)[2]
@@ -36,14 +39,11 @@ def _start(tensor, splits, name, process_set, waits):
         send = [rows // n] * n if rows % n == 0 else []
     else:
         send = split_counts(splits, name)
-    want_splits = splits is not None
     rows_of = allocated(array.dtype, array)
-
-    def finish(core_result):
-        output = rows_of(core_result)
-        return (output, core_result[2]) if want_splits else output
-
-    return enqueue("alltoall", name, array, None, finish, splits=send, process_set=process_set, waits=waits)
+    if splits is None:
+        return enqueue("alltoall", name, array, None, rows_of, splits=send, process_set=process_set, waits=waits)
+    return enqueue("alltoall", name, array, None, lambda core_result: (rows_of(core_result), core_result[2]),
+                   splits=send, process_set=process_set, waits=waits)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):

@@ -86,7 +86,9 @@ def _checked_set(process_set, what):
 
 def resolve(process_set, tensor_name):
     """(set id, this rank's index in it, its size) or a ValueError naming the tensor."""
-    ps = global_process_set if process_set is None else _checked_set(process_set, f"'{tensor_name}'")
+    if process_set is None:  # the global set, asked on every call: answered without building its rank list
+        return 0, basics.rank(), basics.size()
+    ps = _checked_set(process_set, f"'{tensor_name}'")
     if ps.process_set_id is None:
         raise HoroValueError(f"'{tensor_name}': {ps!r} has not been added (horo.add_process_set) or was removed")
     me = basics.rank()

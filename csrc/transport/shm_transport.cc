@@ -252,23 +252,32 @@ bool ShmTransport::native_reduce_scatter(const void* input, void* output, const 
   char* out = static_cast<char*>(output);
   // In place (output == input), round k writes output elements [k*q, (k+1)*q)
   // after every input element at or before them has been published (round <= k).
+  // Out of place, this rank's own rows are reduced straight from its input (as allreduce
+  // reduces its slice): nobody else reads them. In place, its output rows may overlap its
+  // own input rows at another offset, which the reduce kernels (__restrict) do not allow.
+  const bool own_from_input = in != out;
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     for (int r = 0; r < size_; ++r) {
       const size_t n = piece(counts[r], k, per_peer);
-      if (n) fill_slot(slot(rank_) + r * per_peer * esize, in + (offset[r] + k * per_peer) * esize, n * esize);
+      if (n && !(r == rank_ && own_from_input)) {
+        fill_slot(slot(rank_) + r * per_peer * esize, in + (offset[r] + k * per_peer) * esize, n * esize);
+      }
     }
     step();
     const size_t n = piece(counts[rank_], k, per_peer);
     if (n == 0) continue;
     char* dst = out + k * per_peer * esize;
-    const size_t at = rank_ * per_peer * esize;
+    const char* own = in + (offset[rank_] + k * per_peer) * esize;
+    auto rows_of = [&](int p) -> const char* {
+      return p == rank_ && own_from_input ? own : slot(p) + rank_ * per_peer * esize;
+    };
     if (size_ == 1) {
-      copy_bytes(dst, slot(0) + at, n * esize);
+      copy_bytes(dst, rows_of(0), n * esize);
       continue;
     }
-    reduce_to(dtype, op, dst, slot(0) + at, slot(1) + at, n);
-    for (int p = 2; p < size_; ++p) reduce_into(dtype, op, dst, slot(p) + at, n);
+    reduce_to(dtype, op, dst, rows_of(0), rows_of(1), n);
+    for (int p = 2; p < size_; ++p) reduce_into(dtype, op, dst, rows_of(p), n);
   }
   return true;
 }
