@@ -49,11 +49,10 @@ void Executor::reduce(const void* input, void* output, size_t count, DataType dt
   const size_t bytes = count * dtype_size(dtype);
   const bool two_level = transport_.two_level_allreduce(bytes);
   if ((!two_level && ring_for(tunables_.allreduce_algo, bytes)) ||
-      !transport_.native_allreduce(input, output, count, dtype, op)) {
+      !transport_.native_allreduce_scaled(input, output, count, dtype, op, scale)) {
     ring_.allreduce(transport_, RingLayout::even(count, transport_.size()), input, output, dtype, op, scale);
     timeline_.activity("RING_ALLREDUCE", t);
   } else {
-    scale_buffer(dtype, output, count, scale);
     timeline_.activity(two_level ? "HIERARCHICAL_ALLREDUCE" : native("MPI_ALLREDUCE", "SHM_ALLREDUCE"), t);
   }
 }

@@ -178,14 +178,15 @@ void ShmTransport::fail_if_a_peer_died() {
   }
 }
 
-bool ShmTransport::native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) {
+bool ShmTransport::native_allreduce_scaled(const void* input, void* output, size_t count, DataType dtype,
+                                           ReduceOp op, double scale) {
   if (op == ReduceOp::kAdasum) return false;
   const size_t esize = dtype_size(dtype);
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output);
   if (count == 0) return true;
   if (size_ == 1) {
-    if (out != in) copy_bytes(out, in, count * esize);
+    copy_scaled(dtype, out, in, count, scale);
     return true;
   }
   if (count * esize <= small_bytes_) {
@@ -196,6 +197,7 @@ bool ShmTransport::native_allreduce(const void* input, void* output, size_t coun
     step();
     reduce_to(dtype, op, out, slot(0), slot(1), count);
     for (int p = 2; p < size_; ++p) reduce_into(dtype, op, out, slot(p), count);
+    scale_buffer(dtype, out, count, scale);
     return true;
   }
   const size_t per_round = chunk_ / esize;
@@ -223,6 +225,8 @@ bool ShmTransport::native_allreduce(const void* input, void* output, size_t coun
       for (int p = first + 1; p < size_; ++p) {
         if (p != rank_) reduce_into(dtype, op, mine, slot(p) + lo * esize, hi - lo);
       }
+      // Scaled here, while the slice is in cache; its peers copy the scaled values.
+      scale_buffer(dtype, mine, hi - lo, scale);
       fill_slot(slot(rank_) + lo * esize, mine, (hi - lo) * esize);
     }
     step();

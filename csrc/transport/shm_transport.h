@@ -41,7 +41,11 @@ class ShmTransport : public Transport {
   void wait(int slot) override { inner_->wait(slot); }
   void wait_all() override { inner_->wait_all(); }
 
-  bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override;
+  bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override {
+    return native_allreduce_scaled(input, output, count, dtype, op, 1.0);
+  }
+  bool native_allreduce_scaled(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                               double scale) override;
   bool native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts, DataType dtype,
                              ReduceOp op) override;
   void native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) override;
