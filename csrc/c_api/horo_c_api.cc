@@ -70,7 +70,7 @@ int submit(const horo_request* request, horo_done_fn done, void* user, int* stat
   r.process_set = request->process_set;
   entry.input = request->input;
   entry.output = request->output;
-  if (collective_writes_callers_output(r.type) && !entry.output && r.num_elements() > 0) {
+  if (collective_output_like_input(r.type) && !entry.output && r.num_elements() > 0) {
     return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': no output buffer was given (a " + kind +
                                              " writes into the caller's)");
   }

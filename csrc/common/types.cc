@@ -87,8 +87,8 @@ bool collective_reduces(CollectiveType type) {
   return type == CollectiveType::kAllreduce || type == CollectiveType::kReducescatter || type == CollectiveType::kReduce;
 }
 
-bool collective_writes_callers_output(CollectiveType type) {
-  return collective_reduces(type) || type == CollectiveType::kBroadcast || type == CollectiveType::kScatter;
+bool collective_output_like_input(CollectiveType type) {
+  return type == CollectiveType::kAllreduce || type == CollectiveType::kBroadcast || type == CollectiveType::kReduce;
 }
 
 }  // namespace horo

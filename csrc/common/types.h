@@ -70,7 +70,8 @@ const char* collective_name(CollectiveType type);
 bool collective_valid(int code);
 // Allreduce, reducescatter and reduce combine values (the dtype must be reducible).
 bool collective_reduces(CollectiveType type);
-// Those that write into a buffer the caller gives (allgather, alltoall and gather allocate theirs).
-bool collective_writes_callers_output(CollectiveType type);
+// Those whose output, in the caller's buffer, has as many elements as the input. (Reducescatter's
+// and scatter's outputs are shares, which may be empty, and an empty torch tensor's address is 0.)
+bool collective_output_like_input(CollectiveType type);
 
 }  // namespace horo

@@ -167,7 +167,7 @@ TensorEntry describe(int type, std::string name, uintptr_t input, uintptr_t outp
   entry.request.process_set = process_set;
   entry.input = reinterpret_cast<const void*>(input);
   entry.output = reinterpret_cast<void*>(output);
-  if (collective_writes_callers_output(entry.request.type) && output == 0 && entry.request.num_elements() > 0) {
+  if (collective_output_like_input(entry.request.type) && output == 0 && entry.request.num_elements() > 0) {
     const std::string why = "no output buffer was given (a " + kind + " writes into the caller's)";
     reject(type, entry.request.name, process_set, why);
     throw ArgumentError(kind + " '" + entry.request.name + "': " + why);
