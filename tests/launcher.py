@@ -121,7 +121,8 @@ def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=Non
         "-m",
         "pytest",
         "-q",
-        "-x",
+        # HORO_TEST_KEEP_GOING=1: every failure of a suite, not only its first (scripts/gpu_check.sh)
+        *([] if os.environ.get("HORO_TEST_KEEP_GOING") else ["-x"]),
         "-p",
         "no:cacheprovider",
         "-o",

@@ -3,6 +3,7 @@
 Each scenario runs in a fresh interpreter (MPI can be initialised only once per
 process, and the pytest process itself must stay MPI-free).
 """
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -256,3 +257,16 @@ def test_init_with_mpi4py_comm_in_a_world_of_one_leaves_mpi_usable():
 @pytest.mark.parametrize("suite", ["ranks_allreduce.py", "ranks_async_order.py", "ranks_errors.py"])
 def test_rank_suites_pass_in_one_process_without_mpirun(ranks, suite):
     ranks(None, suite, timeout=180)
+
+
+@pytest.mark.timeout(60)
+def test_core_exports_only_its_python_entry_point():
+    # _core is loaded RTLD_GLOBAL (horo/_native.py): anything else it exported, a statically linked
+    # libstdc++ above all, would interpose with other extensions' libraries (CMakeLists.txt).
+    if sys.platform != "linux" or shutil.which("nm") is None:
+        pytest.skip("needs Linux and binutils' nm")
+    core = next((REPO_ROOT / "horo").glob("_core*.so"), None)
+    if core is None:
+        pytest.skip("horo is installed, not built in place")
+    out = subprocess.run(["nm", "-D", "--defined-only", str(core)], capture_output=True, text=True, check=True)
+    assert [line.split()[-1] for line in out.stdout.splitlines()] == ["PyInit__core"], out.stdout[:2000]

@@ -24,8 +24,10 @@ nccl::DataType nccl_type(DataType dtype) {
     case DataType::kBFloat16: return nccl::kBfloat16;
     case DataType::kFloat32: return nccl::kFloat32;
     case DataType::kFloat64: return nccl::kFloat64;
+    case DataType::kInt16:
+    case DataType::kBool: break;  // NCCL has no such type: can_reduce() sends these through MPI staging
   }
-  throw Error("unknown dtype");
+  throw Error(std::string("NCCL cannot reduce ") + dtype_name(dtype));
 }
 
 // Bytes move as uint8: NCCL counts elements, and byte collectives have no element type.
@@ -245,7 +247,7 @@ std::string NcclTransport::in_flight_failure() {
 }
 
 bool NcclTransport::can_reduce(DataType dtype, ReduceOp op, double scale) {
-  if (op == ReduceOp::kAdasum) return false;
+  if (op == ReduceOp::kAdasum || dtype == DataType::kInt16 || dtype == DataType::kBool) return false;
   const bool sums = op == ReduceOp::kSum || op == ReduceOp::kAverage;
   if (!sums) return scale == 1.0;
   if (dtype_is_float(dtype)) return true;
