@@ -2,6 +2,7 @@
 
     mpirun -np 1 python benchmarks/gpu_allreduce.py nccl      [--sizes 64,256,1024] [--reps 5]
     mpirun -np 1 python benchmarks/gpu_allreduce.py resnet50  # 161 fused gradients vs one packed ncclAllReduce
+    mpirun -np 1 python benchmarks/gpu_allreduce.py overhead  # host cost per tensor, GPU vs CPU
     HORO_GPU_TRANSPORT=mpi mpirun --oversubscribe -np 2 python benchmarks/gpu_allreduce.py staging [--sizes 4,16,64]
 
 nccl: float32 Sum of one CUDA tensor per size (MiB), horo.torch.allreduce_ vs ncclAllReduce called
@@ -10,6 +11,8 @@ timed with torch.cuda events around a block of calls, interleaved rep by rep; me
 and the ratio horo/raw (target <= 1.05 from 64 MiB).
 resnet50: ResNet-50's 161 gradient shapes as CUDA tensors, allreduce_async_ + synchronize (fused on
 the device) vs one ncclAllReduce of a buffer of the same total size (target <= 1.2).
+overhead: horo's host time per tensor (enqueue, then synchronize) for 161 small CUDA tensors against
+161 small CPU tensors: what horo adds per GPU tensor, which NCCL's time does not hide at np=1.
 staging: HORO_GPU_TRANSPORT=mpi, CUDA tensors through pinned host memory and MPI vs horo on CPU
 tensors of the same size (busbw ratio, target >= 0.8). Every result is checked against the exact
 integer-valued sum before timing.
@@ -160,6 +163,30 @@ def resnet50(args, comm, n, me):
               f"synchronize {s * 1e3:.3f} ms ({s / len(grads) * 1e6:.1f} us a tensor)")
 
 
+def overhead(args, comm, n, me):
+    """horo's host cost per tensor, GPU against CPU: 161 small tensors enqueued, then synchronized."""
+    def cost(tensors):
+        enqueued, synchronized = [], []
+        for _ in range(args.reps * args.iters):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"overhead.{i}") for i, t in enumerate(tensors)]
+            t1 = time.perf_counter()
+            for h in handles:
+                hvd.synchronize(h)
+            torch.cuda.synchronize()
+            enqueued.append((t1 - t0) / len(tensors))
+            synchronized.append((time.perf_counter() - t1) / len(tensors))
+        return statistics.median(enqueued), statistics.median(synchronized)
+
+    rows = {"cpu": cost([torch.ones(16) for _ in range(161)]),
+            "gpu": cost([torch.ones(16, device="cuda") for _ in range(161)])}
+    if me == 0:
+        print(f"# host time per 16-element tensor, 161 enqueued then synchronized, np={n}")
+        for name, (e, s) in rows.items():
+            print(f"{name}: enqueue {e * 1e6:.2f} us, synchronize {s * 1e6:.2f} us")
+
+
 def staging(args, comm, n, me):
     if me == 0:
         print(f"# MPI staging (HORO_GPU_TRANSPORT={os.environ.get('HORO_GPU_TRANSPORT', 'auto')}) vs CPU tensors, np={n}")
@@ -181,7 +208,7 @@ def staging(args, comm, n, me):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=("nccl", "resnet50", "staging"))
+    p.add_argument("mode", choices=("nccl", "resnet50", "overhead", "staging"))
     p.add_argument("--sizes", default=None, help="MiB, comma-separated (nccl: 64,256,1024; staging: 4,16,64)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--iters", type=int, default=10)
@@ -192,7 +219,8 @@ def main():
     if not horo.gpu_available():
         sys.exit(f"no GPU: {horo.gpu_info().cuda_reason}")
     torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
-    {"nccl": nccl_sizes, "resnet50": resnet50, "staging": staging}[args.mode](args, comm, comm.size, comm.rank)
+    modes = {"nccl": nccl_sizes, "resnet50": resnet50, "overhead": overhead, "staging": staging}
+    modes[args.mode](args, comm, comm.size, comm.rank)
     hvd.shutdown()
 
 

@@ -31,4 +31,5 @@ stage probe 60 "$PY" -c "import horo; print(horo.gpu_info())"
 HORO_TEST_KEEP_GOING=1 TAIL=40 stage tests 330 "$PY" -m pytest -v -rs -p no:cacheprovider tests/test_gpu.py tests/test_gpu_libraries.py
 stage bench_nccl 90 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py nccl --sizes 64,256,1024
 stage bench_resnet50 60 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py resnet50
+stage bench_overhead 60 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py overhead
 stage bench_staging 90 env HORO_GPU_TRANSPORT=mpi "${MPIRUN[@]}" -np 2 "$PY" benchmarks/gpu_allreduce.py staging

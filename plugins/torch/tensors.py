@@ -87,6 +87,14 @@ def from_core(data, shape, dtype):
     return torch.from_numpy(data).view(dtype).view(shape)
 
 
+# The current stream's raw cudaStream_t without building a torch.cuda.Stream object, as torch's own
+# generated kernels ask for it: 0.08 us against 2.8 us on an H200 host, and it is asked twice per
+# GPU tensor (at enqueue, and at synchronize for the stream that waits on the result).
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream_of(tensor):
     """The cudaStream_t (as an integer) torch is queueing work on for `tensor`'s device now."""
+    if _current_raw_stream is not None:
+        return _current_raw_stream(tensor.device.index)
     return torch.cuda.current_stream(tensor.device).cuda_stream
