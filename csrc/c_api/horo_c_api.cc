@@ -46,15 +46,22 @@ int submit(const horo_request* request, horo_done_fn done, void* user, int* stat
   if (!engine) return refuse(HORO_ABORTED, "'" + name + "': horo has not been initialized; call horo.init() first");
   if (!collective_valid(request->collective)) return refuse(HORO_INVALID_ARGUMENT, "'" + name + "': unknown collective");
   const std::string kind = collective_name(static_cast<CollectiveType>(request->collective));
-  if (!dtype_valid(request->dtype)) return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': unsupported dtype");
-  if (!op_valid(request->op)) {
-    return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': unsupported reduction op " + std::to_string(request->op));
-  }
+  // A bad argument on this rank alone: as the bindings' reject(), the other ranks are told, so their
+  // namesakes fail at once instead of waiting for this tensor until the stall timeout.
+  auto refuse_everywhere = [&](const std::string& why) {
+    Request announced;
+    announced.type = static_cast<CollectiveType>(request->collective);
+    announced.name = name;
+    announced.process_set = request->process_set;
+    engine->reject(std::move(announced), why);
+    return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': " + why);
+  };
+  if (!dtype_valid(request->dtype)) return refuse_everywhere("unsupported dtype");
+  if (!op_valid(request->op)) return refuse_everywhere("unsupported reduction op " + std::to_string(request->op));
   if (collective_reduces(static_cast<CollectiveType>(request->collective)) &&
       !dtype_reducible(static_cast<DataType>(request->dtype))) {
-    return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': " +
-                                             dtype_name(static_cast<DataType>(request->dtype)) +
-                                             " tensors cannot be reduced; cast to an integer or float dtype first");
+    return refuse_everywhere(std::string(dtype_name(static_cast<DataType>(request->dtype))) +
+                             " tensors cannot be reduced; cast to an integer or float dtype first");
   }
   TensorEntry entry;
   Request& r = entry.request;
@@ -71,8 +78,7 @@ int submit(const horo_request* request, horo_done_fn done, void* user, int* stat
   entry.input = request->input;
   entry.output = request->output;
   if (collective_output_like_input(r.type) && !entry.output && r.num_elements() > 0) {
-    return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': no output buffer was given (a " + kind +
-                                             " writes into the caller's)");
+    return refuse_everywhere("no output buffer was given (a " + kind + " writes into the caller's)");
   }
   auto on_complete = [done, user](HandleTable::Result&& result) {
     horo_result out{};

@@ -80,7 +80,8 @@ struct horo_c_api {
 
 enum horo_info { HORO_RANK = 0, HORO_SIZE, HORO_LOCAL_RANK, HORO_LOCAL_SIZE, HORO_CROSS_RANK, HORO_CROSS_SIZE };
 
-/* The core's table; exported by horo._core for Python to pass on. */
+/* The core's table, inside horo._core (which exports no C symbol): Python passes its address on
+   (horo._core.c_api_address()). */
 const struct horo_c_api* horo_c_api_table(void);
 
 #ifdef __cplusplus

@@ -4,6 +4,8 @@ Runs inside each MPI rank. Cross-rank mismatches need at least two ranks (they
 are skipped in a world of one); local errors (dtype, contiguity) are checked at
 every size. After all of it the engine must still reduce correctly.
 """
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -192,6 +194,51 @@ def test_non_contiguous_array_in_a_group_raises_value_error(hvd, comm):
     expect_raise_on_every_rank(
         comm, ValueError, lambda: hvd.grouped_allreduce(xs, name=name, op=hvd.Sum), (name, "contiguous"), what=name
     )
+
+
+def c_api_submit(hvd, collective, name, array, dtype_code, op):
+    """Submits through the core's C interface (the table horo.tensorflow's op library calls), as
+    a framework would; raises HoroError with the core's message when it is refused at once."""
+    from horo._native import _core
+
+    class Request(ctypes.Structure):  # struct horo_request, horo/include/horo_c_api.h
+        _fields_ = [("collective", ctypes.c_int), ("name", ctypes.c_char_p), ("input", ctypes.c_void_p),
+                    ("output", ctypes.c_void_p), ("dtype", ctypes.c_int), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("ndim", ctypes.c_int), ("op", ctypes.c_int), ("prescale", ctypes.c_double),
+                    ("postscale", ctypes.c_double), ("root", ctypes.c_int),
+                    ("splits", ctypes.POINTER(ctypes.c_int64)), ("nsplits", ctypes.c_int),
+                    ("process_set", ctypes.c_int)]
+
+    done_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+    submit_fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Request), done_fn, ctypes.c_void_p,
+                                 ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t)
+
+    class Table(ctypes.Structure):  # struct horo_c_api
+        _fields_ = [("version", ctypes.c_int), ("submit", submit_fn), ("poll", ctypes.c_void_p),
+                    ("process_info", ctypes.c_void_p)]
+
+    table = Table.from_address(_core.c_api_address())
+    shape = (ctypes.c_int64 * array.ndim)(*array.shape)
+    request = Request(collective, name.encode(), array.ctypes.data, array.ctypes.data, dtype_code, shape, array.ndim,
+                      op, 1.0, 1.0, 0, None, 0, 0)
+    status, error = ctypes.c_int(0), ctypes.create_string_buffer(1024)
+    if table.submit(ctypes.byref(request), done_fn(lambda user, result: None), None, ctypes.byref(status), error,
+                    len(error)) == 0:
+        raise hvd.HoroError(error.value.decode())
+    raise AssertionError(f"{name}: the C interface accepted an unsupported dtype")
+
+
+@needs_two_ranks
+def test_c_api_refusal_on_one_rank_raises_on_every_rank(hvd, comm):
+    """A bad argument refused by the C interface on one rank alone reaches the others, whose
+    namesakes fail at once: they would otherwise wait forever (no stall shutdown by default)."""
+    name = "c_api.bad.dtype"
+    x = np.ones(8, dtype=np.float32)
+    if hvd.rank() == hvd.size() - 1:
+        call = lambda: c_api_submit(hvd, 0, name, x, 99, hvd.Sum)  # noqa: E731 - 0: allreduce; 99: no such dtype
+    else:
+        call = lambda: hvd.allreduce(x, name=name, op=hvd.Sum)  # noqa: E731
+    expect_raise_on_every_rank(comm, hvd.HoroError, call, (name, "unsupported dtype"), what=name)
 
 
 def test_names_of_rejected_calls_can_be_used_again(hvd, comm):
