@@ -14,7 +14,7 @@ def _enqueue(array, name, process_set, waits=False):
 
 def _start(tensor, name, process_set, waits):
     # `waits`: allgather() wants the result: returned instead of a handle (see allreduce._start).
-    name = tensor_name(name, "allgather", process_set)
+    name = tensor_name(name, "allgather", process_set, waits)
     with refusing("allgather", name, process_set):
         array = as_array(tensor, name)
     return _enqueue(array, name, process_set, waits)

@@ -23,7 +23,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
 
 def _start(tensor, splits, name, process_set, waits):
     # `waits`: alltoall() wants the result: returned instead of a handle (see allreduce._start).
-    name = tensor_name(name, "alltoall", process_set)
+    name = tensor_name(name, "alltoall", process_set, waits)
     try:  # not `with refusing(...)`: the hot path (see enqueue.enqueue)
         array = as_array(tensor, name)
     except Exception as e:

@@ -6,7 +6,7 @@ from horo.tensors import as_array, empty_like
 
 def _start(tensor, root_rank, name, process_set, in_place, waits):
     # `waits`: the blocking calls want the result: returned instead of a handle (see allreduce._start).
-    name = tensor_name(name, "broadcast", process_set)
+    name = tensor_name(name, "broadcast", process_set, waits)
     with refusing("broadcast", name, process_set):
         array = as_array(tensor, name, in_place)
     if in_place:

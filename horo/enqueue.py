@@ -15,15 +15,19 @@ _CODES = _core.collective_codes
 _unnamed = collections.defaultdict(itertools.count)  # process set id -> counter
 
 
-def tensor_name(name, collective, process_set=None):
+def tensor_name(name, collective, process_set=None, waits=False):
     # Unnamed tensors are numbered in call order, which every member of the
     # process set shares; one counter per set, since only members call it.
+    # `waits`: a blocking single-tensor call, done before its caller can start another: an
+    # unnamed one takes its collective's one name, so a loop of them hits the response cache
+    # rather than negotiating a new name each time (np=2, 4 KiB allreduce: 12.7 -> 5-7 us).
     if name is not None:
         if not isinstance(name, str):
             raise TypeError(f"{collective}: name must be a str, got {type(name).__name__} ({name!r})")
         return name
     set_id = 0 if process_set is None else getattr(process_set, "process_set_id", None)
-    return f"{collective}.noname.{next(_unnamed[set_id])}" + (f".set{set_id}" if set_id else "")
+    number = "" if waits else f".{next(_unnamed[set_id])}"
+    return f"{collective}.noname{number}" + (f".set{set_id}" if set_id else "")
 
 
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),

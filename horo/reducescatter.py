@@ -13,7 +13,7 @@ def reducescatter_async(tensor, op=None, name=None, prescale_factor=1.0, postsca
 
 def _start(tensor, op, name, prescale_factor, postscale_factor, process_set, waits):
     # `waits`: reducescatter() wants the result: returned instead of a handle (see allreduce._start).
-    name = tensor_name(name, "reducescatter", process_set)
+    name = tensor_name(name, "reducescatter", process_set, waits)
     op = ops.resolve(op, None, name)
     with refusing("reducescatter", name, process_set):
         array = as_array(tensor, name)

@@ -24,6 +24,16 @@ bool test_bit(const std::vector<uint64_t>& words, size_t first_word, int bit) {
   return (words[first_word + bit / 64] >> (bit % 64)) & 1;
 }
 
+// Calls visit(bit) for each bit set in `pick(word index)`, in ascending order. The cycle's loops
+// over cache bits walk words, not bits: a cache that has held many names (unnamed async tensors
+// are numbered, each a new entry) spans up to its capacity, 1024 bits by default, every cycle.
+template <typename Pick, typename Visit>
+void for_each_set_bit(size_t nwords, Pick pick, Visit visit) {
+  for (size_t w = 0; w < nwords; ++w) {
+    for (uint64_t m = pick(w); m != 0; m &= m - 1) visit(static_cast<int>(w * 64 + __builtin_ctzll(m)));
+  }
+}
+
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -142,27 +152,27 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
 
   // Evictions first (some rank saw a different signature or a stall), so
   // the local requests waiting on those bits go to the coordinator instead.
-  for (int bit = 0; bit < bits; ++bit) {
-    if (test_bit(words, valid_at, bit)) continue;
+  // (The valid words start all ones, padding bits included, and only real bits are cleared.)
+  for_each_set_bit(nwords, [&](size_t w) { return ~words[valid_at + w]; }, [&](int bit) {
     cache_.erase(bit);
     for (auto& p : pending_) {
       if (!p.sent && p.cache_bit == bit) p.cache_bit = -1;
     }
-  }
+  });
   // Cached tensors ready everywhere, in bit order (the same on every rank).
   // Once every rank has joined, nobody holds them: nothing runs from the cache.
   const bool all_joined = words[0] & kFlagJoined;
   std::vector<bool>& ran = ran_;
   ran.assign(pending_.size(), false);
-  for (int bit = 0; bit < bits && !all_joined; ++bit) {
-    if (!test_bit(words, ready_at, bit) || !test_bit(words, valid_at, bit)) continue;
+  auto ready_and_valid = [&](size_t w) { return all_joined ? 0 : words[ready_at + w] & words[valid_at + w]; };
+  for_each_set_bit(nwords, ready_and_valid, [&](int bit) {
     cycle.responses.push_back(cache_.get(bit));
     cycle.responses.back().preloaded = preloads && test_bit(words, preloaded_at, bit);
     cache_.touch(bit);
     for (size_t i = 0; i < pending_.size(); ++i) {
       if (!pending_[i].sent && pending_[i].cache_bit == bit) ran[i] = true;
     }
-  }
+  });
 
   if (!(words[0] & kFlagNothingToNegotiate)) {
     std::vector<Request> mine;

@@ -75,9 +75,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` across ranks into a new tensor; differentiable."""
+    name = tensor_name(name, "allreduce", process_set, waits=True)  # done before the next: see tensor_name
     compressed, ctx = compression.compress(tensor)
     if _differentiable((compressed,)):
-        name = tensor_name(name, "allreduce", process_set)
         op = ops.resolve(op, average, name)
         reduced = autograd.Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     else:
@@ -90,6 +90,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduces `tensor` across ranks in place and returns it."""
+    name = tensor_name(name, "allreduce", process_set, waits=True)
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
@@ -159,8 +160,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 @blocking
 def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's `tensor` concatenated along the first dimension; differentiable."""
+    name = tensor_name(name, "allgather", process_set, waits=True)
     if _differentiable((tensor,)):
-        return autograd.Allgather.apply(tensor, tensor_name(name, "allgather", process_set), process_set)
+        return autograd.Allgather.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
 
@@ -201,14 +203,16 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 @blocking
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """A new tensor holding root_rank's `tensor`; differentiable."""
+    name = tensor_name(name, "broadcast", process_set, waits=True)
     if _differentiable((tensor,)):
-        return autograd.Broadcast.apply(tensor, root_rank, tensor_name(name, "broadcast", process_set), process_set)
+        return autograd.Broadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 @blocking
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites `tensor` with root_rank's, in place, and returns it."""
+    name = tensor_name(name, "broadcast", process_set, waits=True)
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -259,9 +263,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Rank r sends splits[j] rows to rank j; returns the received rows, and with `splits`
     given also how many came from each rank (Horovod's return convention); differentiable."""
+    name = tensor_name(name, "alltoall", process_set, waits=True)
     if _differentiable((tensor,)):
-        output, received = autograd.Alltoall.apply(tensor, splits, tensor_name(name, "alltoall", process_set),
-                                                   process_set)
+        output, received = autograd.Alltoall.apply(tensor, splits, name, process_set)
     else:
         output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received)
@@ -294,9 +298,9 @@ def reducescatter_async(tensor, name=None, op=ops.Average, process_set=global_pr
 def reducescatter(tensor, name=None, compression=Compression.none, op=ops.Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """This rank's share (first rows % size ranks get one row more) of the reduction; differentiable."""
+    name = tensor_name(name, "reducescatter", process_set, waits=True)
     compressed, ctx = compression.compress(tensor)
     if _differentiable((compressed,)):
-        name = tensor_name(name, "reducescatter", process_set)
         op = ops.resolve(op, None, name)
         out = autograd.Reducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     else:

@@ -241,6 +241,24 @@ def test_c_api_refusal_on_one_rank_raises_on_every_rank(hvd, comm):
     expect_raise_on_every_rank(comm, hvd.HoroError, call, (name, "unsupported dtype"), what=name)
 
 
+def test_unnamed_blocking_calls_share_one_name_whatever_their_shapes(hvd, comm):
+    """An unnamed blocking call takes its collective's one name (so a loop of them runs from the
+    response cache): a shape or dtype that changes from call to call renegotiates under that name,
+    and a mismatch across ranks names it on every rank."""
+    size, rank = hvd.size(), hvd.rank()
+    for step, (dtype, shape) in enumerate([("float32", (3,)), ("int64", (5, 2)), ("float32", (3,)), ("int64", (7,))]):
+        kind = "exact" if dtype == "float32" else "wide"
+        inputs = make_rank_inputs(("unnamed", step), dtype, shape, "Sum", kind, size)
+        check_result(hvd.allreduce(inputs[rank], op=hvd.Sum), inputs, "Sum", True, what=f"unnamed step {step}")
+    if size >= 2:
+        x = np.ones(3 if rank == 0 else 4, dtype=np.float32)
+        err = expect_raise_on_every_rank(comm, hvd.HoroError, lambda: hvd.allreduce(x, op=hvd.Sum),
+                                         ("'allreduce.noname'",), what="unnamed mismatch")
+        assert "allreduce.noname." not in str(err), err
+    inputs = make_rank_inputs("unnamed.after", "float64", (4,), "Sum", "exact", size)
+    check_result(hvd.allreduce(inputs[rank], op=hvd.Sum), inputs, "Sum", True, what="unnamed after a mismatch")
+
+
 def test_names_of_rejected_calls_can_be_used_again(hvd, comm):
     """A call rejected at enqueue (or failed by a mismatch) leaves no state behind."""
     size, rank = hvd.size(), hvd.rank()
