@@ -3,7 +3,7 @@
 # (CI has no GPU, so the suite only skips these there):
 #   bash scripts/gpu_check.sh [LOGDIR]
 # Builds the core in place, then runs tests/test_gpu.py (NCCL at np=1, MPI staging at np=2 on one
-# GPU, CuPy, side streams, DistributedOptimizer) and benchmarks/gpu_allreduce.py's three modes.
+# GPU, CuPy, side streams, DistributedOptimizer) and benchmarks/gpu_allreduce.py's four modes.
 # Each stage has its own time limit, so one hang costs that stage only; every stage's full log is
 # LOGDIR/<stage>.log, and its tail is printed.
 set -u

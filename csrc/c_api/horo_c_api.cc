@@ -47,7 +47,7 @@ int submit(const horo_request* request, horo_done_fn done, void* user, int* stat
   if (!collective_valid(request->collective)) return refuse(HORO_INVALID_ARGUMENT, "'" + name + "': unknown collective");
   const std::string kind = collective_name(static_cast<CollectiveType>(request->collective));
   // A bad argument on this rank alone: as the bindings' reject(), the other ranks are told, so their
-  // namesakes fail at once instead of waiting for this tensor until the stall timeout.
+  // namesakes fail at once instead of waiting for this tensor (forever: no stall shutdown by default).
   auto refuse_everywhere = [&](const std::string& why) {
     Request announced;
     announced.type = static_cast<CollectiveType>(request->collective);
