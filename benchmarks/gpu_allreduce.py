@@ -128,59 +128,48 @@ def nccl_sizes(args, comm, n, me):
                   f"{busbw(mib * MiB, r['horo'], n):>16.1f}")
 
 
+def host_split(tensors, prefix, reps, comm):
+    """Median host seconds per tensor of a step that enqueues every tensor (allreduce_async_), then
+    synchronizes them: (enqueue: Python and the core's submit; synchronize: the background thread's
+    fusion, copies and collective, and the device's work)."""
+    enqueued, synchronized = [], []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"{prefix}.{i}") for i, t in enumerate(tensors)]
+        t1 = time.perf_counter()
+        for h in handles:
+            hvd.synchronize(h)
+        torch.cuda.synchronize()
+        enqueued.append((t1 - t0) / len(tensors))
+        synchronized.append((time.perf_counter() - t1) / len(tensors))
+    return statistics.median(enqueued), statistics.median(synchronized)
+
+
 def resnet50(args, comm, n, me):
     raw = RawNccl(comm)
     grads = [torch.ones(s, device="cuda") for s in RESNET50_SHAPES]
     packed = torch.ones(sum(g.numel() for g in grads), device="cuda")
 
-    def enqueue():
-        return [hvd.allreduce_async_(g, op=hvd.Sum, name=f"resnet.{i}") for i, g in enumerate(grads)]
-
     def horo_step():
-        for h in enqueue():
+        handles = [hvd.allreduce_async_(g, op=hvd.Sum, name=f"resnet.{i}") for i, g in enumerate(grads)]
+        for h in handles:
             hvd.synchronize(h)
 
     r = compare({"horo": horo_step, "raw": lambda: raw.allreduce_(packed)}, args.reps, args.iters, comm)
-    # Where a step's host time goes: the enqueue loop (Python and the core's submit), then the
-    # synchronize loop (the background thread's fusion, copies and NCCL call, and the GPU's work).
-    enqueued, synchronized = [], []
-    for _ in range(args.reps * args.iters):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        handles = enqueue()
-        t1 = time.perf_counter()
-        for h in handles:
-            hvd.synchronize(h)
-        torch.cuda.synchronize()
-        enqueued.append(t1 - t0)
-        synchronized.append(time.perf_counter() - t1)
+    e, s = host_split(grads, "resnet", args.reps * args.iters, comm)
     if me == 0:
-        e, s = statistics.median(enqueued), statistics.median(synchronized)
         print(f"# ResNet-50 gradients: {len(grads)} tensors, {packed.numel() * 4 / MiB:.1f} MiB, np={n}")
         print(f"horo fused {r['horo'] * 1e3:.3f} ms, raw packed ncclAllReduce {r['raw'] * 1e3:.3f} ms, "
               f"ratio {r['horo'] / r['raw']:.3f}")
-        print(f"host time of a step (median): enqueue {e * 1e3:.3f} ms ({e / len(grads) * 1e6:.1f} us a tensor), "
-              f"synchronize {s * 1e3:.3f} ms ({s / len(grads) * 1e6:.1f} us a tensor)")
+        print(f"host time of a step (median): enqueue {e * 1e6:.1f} us a tensor, synchronize {s * 1e6:.1f} us a tensor")
 
 
 def overhead(args, comm, n, me):
     """horo's host cost per tensor, GPU against CPU: 161 small tensors enqueued, then synchronized."""
-    def cost(tensors):
-        enqueued, synchronized = [], []
-        for _ in range(args.reps * args.iters):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"overhead.{i}") for i, t in enumerate(tensors)]
-            t1 = time.perf_counter()
-            for h in handles:
-                hvd.synchronize(h)
-            torch.cuda.synchronize()
-            enqueued.append((t1 - t0) / len(tensors))
-            synchronized.append((time.perf_counter() - t1) / len(tensors))
-        return statistics.median(enqueued), statistics.median(synchronized)
-
-    rows = {"cpu": cost([torch.ones(16) for _ in range(161)]),
-            "gpu": cost([torch.ones(16, device="cuda") for _ in range(161)])}
+    rows = {"cpu": host_split([torch.ones(16) for _ in range(161)], "overhead", args.reps * args.iters, comm),
+            "gpu": host_split([torch.ones(16, device="cuda") for _ in range(161)], "overhead", args.reps * args.iters,
+                              comm)}
     if me == 0:
         print(f"# host time per 16-element tensor, 161 enqueued then synchronized, np={n}")
         for name, (e, s) in rows.items():

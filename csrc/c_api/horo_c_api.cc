@@ -49,11 +49,7 @@ int submit(const horo_request* request, horo_done_fn done, void* user, int* stat
   // A bad argument on this rank alone: as the bindings' reject(), the other ranks are told, so their
   // namesakes fail at once instead of waiting for this tensor (forever: no stall shutdown by default).
   auto refuse_everywhere = [&](const std::string& why) {
-    Request announced;
-    announced.type = static_cast<CollectiveType>(request->collective);
-    announced.name = name;
-    announced.process_set = request->process_set;
-    engine->reject(std::move(announced), why);
+    engine->reject(static_cast<CollectiveType>(request->collective), name, request->process_set, why);
     return refuse(HORO_INVALID_ARGUMENT, kind + " '" + name + "': " + why);
   };
   if (!dtype_valid(request->dtype)) return refuse_everywhere("unsupported dtype");

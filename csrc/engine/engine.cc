@@ -107,6 +107,14 @@ void Engine::reject(Request request, const std::string& why) {
   queue_.push_rejection(std::move(request));
 }
 
+void Engine::reject(CollectiveType type, std::string name, int process_set, const std::string& why) {
+  Request request;
+  request.type = type;
+  request.name = std::move(name);
+  request.process_set = process_set;
+  reject(std::move(request), why);
+}
+
 void Engine::shutdown() {
   shutdown_requested_ = true;
   queue_.wake();

@@ -43,6 +43,8 @@ class Engine {
   // Tells the other ranks this rank refused a tensor at submission (bad
   // argument, duplicate name), so their namesakes fail instead of waiting.
   void reject(Request request, const std::string& why);
+  // The same for a tensor known only by its collective, name and process set (the bindings and the C API).
+  void reject(CollectiveType type, std::string name, int process_set, const std::string& why);
   bool poll(int handle, bool forgotten_is_done = false) { return handles_.poll(handle, forgotten_is_done); }
   // Waits up to `timeout` for the handle; true (and `result` set) once it completed.
   // Synchronizing frees the tensor's name for reuse.

@@ -103,11 +103,7 @@ void init(int64_t fortran_comm) {
 // only, say) is announced to the other ranks, whose namesakes then fail too.
 void reject(int type, const std::string& name, int process_set, const std::string& why) {
   if (!g_engine || !collective_valid(type)) return;
-  Request request;
-  request.type = static_cast<CollectiveType>(type);
-  request.name = name;
-  request.process_set = process_set;
-  g_engine->reject(std::move(request), why);
+  g_engine->reject(static_cast<CollectiveType>(type), name, process_set, why);
 }
 
 void shutdown() {
