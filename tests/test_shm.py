@@ -30,19 +30,24 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_,tunables", [
-    # From 1 byte up every broadcast/allgather/alltoall/gather/scatter reads the
-    # senders' buffers directly (process_vm_readv) where the kernel allows it...
-    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1"}),
-    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1"}),
+    # With no heap (exchanges' outputs are private), from 1 byte up every broadcast/allgather/
+    # alltoall/gather/scatter reads the senders' buffers directly (process_vm_readv) where the
+    # kernel allows it...
+    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1", "HORO_SHM_HEAP_BYTES": "0"}),
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1", "HORO_SHM_HEAP_BYTES": "0"}),
     # ... from 4 KiB, one alltoall mixes pairs read directly with pairs through the segment;
-    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "4096", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "4096"}),
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "4096", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "4096", "HORO_SHM_HEAP_BYTES": "0"}),
     # all through the segment, copied in with non-temporal stores (odd heads and tails);
-    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "1"}),
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "1",
+         "HORO_SHM_HEAP_BYTES": "0"}),
     # everything through the segment with plain copies;
-    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "0"}),
+    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "0",
+         "HORO_SHM_HEAP_BYTES": "0"}),
+    # a heap too small for the larger outputs: exchanges into it push, the others fall back;
+    (3, {"HORO_SHM_HEAP_BYTES": "65536"}),
     # no inputs carried with the control step (cached collectives take their own steps).
     (3, {"HORO_SHM_PRELOAD_BYTES": "0"}),
-], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2", "unpreloaded-np3"])
+], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2", "small-heap-np3", "unpreloaded-np3"])
 def test_every_collective_matches_numpy_however_the_bytes_move(ranks, np_, tunables):
     ranks(np_, "ranks_shm.py", env=dict(SHM, **tunables), timeout=LAUNCH_TIMEOUT, select="not exits and not differ_between_ranks")
 

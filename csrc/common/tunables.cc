@@ -53,6 +53,10 @@ const std::vector<TunableSpec>& tunable_specs() {
        "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "
        "from one peer (allgather: the largest contribution; alltoall: per pair of ranks); auto: 1048576 "
        "while a host runs no more ranks than cores, else 4194304"},
+      {"HORO_SHM_HEAP_BYTES", "", "1073741824",
+       "each rank's heap of memory its host's peers can write into (a sparse memfd: pages exist once used); "
+       "allgather and alltoall outputs come from it, so each rank copies its data straight into its peers' "
+       "outputs, one copy instead of two; an output that does not fit goes through the segment; 0: no heap"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
@@ -179,6 +183,7 @@ Tunables Tunables::from_environment() {
       lookup("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES") == "auto"
           ? -1
           : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES")));
+  t.shm_heap_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_HEAP_BYTES")));
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");

@@ -40,6 +40,7 @@ struct Tunables {
   // shm allgather/alltoall from this many bytes per peer: every rank reads its peers' buffers (0: never);
   // -1 (auto) is settled at init, from whether this host runs more ranks than cores.
   int64_t shm_exchange_single_copy_bytes = -1;
+  int64_t shm_heap_bytes;  // each rank's heap of outputs its peers write into (0: none)
   // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.
   std::string hierarchical_allreduce;  // also decides broadcast
   std::string hierarchical_allgather;

@@ -188,12 +188,15 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     for (int r = 0; r < n; ++r) block[r] += static_cast<size_t>(group[k].per_rank[r]) * row;
   }
   const RingLayout layout = RingLayout::from_counts(block);
+  // One tensor gathers straight into its output; several go through the fusion buffer.
+  const bool fused = entries.size() > 1;
   for (size_t k = 0; k < entries.size(); ++k) {
     auto out = std::make_shared<AllocatedOutput>();
     out->shape = entries[k].request.shape;
     out->shape[0] = 0;
     for (int r = 0; r < n; ++r) out->shape[0] += group[k].per_rank[r];
-    out->bytes.resize(elements(out->shape) * esize);
+    const size_t bytes = elements(out->shape) * esize;
+    out->bytes.resize(bytes, fused ? nullptr : transport_.shared_output(bytes));
     entries[k].allocated = std::move(out);
   }
   if (group.front().preloaded) {  // one tensor: every rank's rows from its input
@@ -204,8 +207,6 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     }
     return timeline_.activity("SHM_PRELOADED_ALLGATHERV", t);
   }
-  // One tensor gathers straight into its output; several go through the fusion buffer.
-  const bool fused = entries.size() > 1;
   char* buf = fused ? fusion_.reserve(layout.total() * esize) : entries.front().allocated->bytes.data();
   const char* mine = static_cast<const char*>(entries.front().input);
   int64_t t = timeline_.activity_start();
@@ -304,7 +305,8 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     out->received_splits.push_back(rows_in);
     out->shape[0] += rows_in;
   }
-  out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
+  const size_t bytes = static_cast<size_t>(out->shape[0]) * row_bytes;
+  out->bytes.resize(bytes, agreed.preloaded ? nullptr : transport_.shared_output(bytes));
   const int64_t t = timeline_.activity_start();
   if (agreed.preloaded) {  // rank r's rows for this rank, from r's input
     size_t at = 0;

@@ -9,9 +9,12 @@
 // plane runs through the same slots, so a steady-state cycle sends no MPI
 // message, and a small cached collective's inputs ride its control step
 // (preload): each rank then computes its output with no step of its own.
-// Large moves (broadcast, allgather, alltoall, gather, scatter) skip the
-// segment where the kernel allows: receivers read the senders' buffers
-// directly (cross_memory.h), one copy instead of two.
+// Exchanges (allgather, alltoall) skip the segment when every output came
+// from its rank's heap (shm_heap.h): each rank writes its data straight into
+// its peers' outputs. Other large moves (broadcast, gather, scatter, and
+// exchanges into outputs outside the heaps) skip it where the kernel allows:
+// receivers read the senders' buffers directly (cross_memory.h). Either way,
+// one copy instead of two.
 // Point-to-point (the ring) and split stay on the inner MPI transport.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include <string>
 
 #include "transport/mpi_transport.h"
+#include "transport/shm_heap.h"
 #include "transport/shm_segment.h"
 #include "transport/transport.h"
 
@@ -57,6 +61,7 @@ class ShmTransport : public Transport {
   bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root) override;
   void barrier() override { step(); }
   std::unique_ptr<Transport> split(const std::vector<int>& members) override { return inner_->split(members); }
+  std::shared_ptr<char> shared_output(size_t bytes) override { return heap_.allocate(bytes); }
 
   size_t preload_capacity() const override { return size_ > 1 ? segment_.preload_bytes() : 0; }
   void preload(const void* input, size_t bytes, bool rooted) override;
@@ -90,7 +95,10 @@ class ShmTransport : public Transport {
   // stores from stream_bytes_ up (common/stream_bytes.h): on the 2-vCPU VM a plain
   // copy into lines a peer read last ran 3-4x slower in about half the jobs, every
   // collective alike; streamed, no job is slow (a job that is fast anyway loses ~15%).
-  void fill_slot(char* slot_at, const void* src, size_t bytes) const;
+  // Also a push into a peer's output, which its owner reads next.
+  void copy_for_peers(char* to, const void* src, size_t bytes) const;
+  // A rank's own part of an exchange (allgather, alltoall) into its output.
+  static void copy_own(char* to, const void* src, size_t bytes);
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
@@ -107,6 +115,16 @@ class ShmTransport : public Transport {
   }
   // Publishes `address` (and `extra`) in this rank's mailbox; returns once every rank has.
   void publish_addresses(const void* address, const void* extra = nullptr);
+  // One step in which every rank says where `output` lies in its heap (and, with
+  // `recv_at`, where each peer's part of it starts). True when every rank's does:
+  // outputs_[r] is then rank r's output as mapped here, its `recv_at` in slot(r),
+  // and each rank pushes its data into its peers' outputs, then takes pushed().
+  bool outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at = nullptr);
+  // The step after the pushes: every output is whole.
+  void pushed() {
+    begin_round();
+    step();
+  }
   // Reads a peer's memory; a failure is kept for finish_reads() rather than
   // thrown, so this rank still takes the steps its peers wait for.
   void read_from(int peer, uint64_t remote, void* local, size_t bytes);
@@ -118,6 +136,8 @@ class ShmTransport : public Transport {
   int rank_ = 0;
   int size_ = 1;
   ShmSegment segment_;
+  ShmHeap heap_;
+  std::vector<char*> outputs_;  // outputs_in_heaps()
   size_t chunk_ = 0;        // bytes of one half-slot
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
   size_t stream_bytes_ = 0;       // 0: plain copies into the slots

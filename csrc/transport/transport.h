@@ -74,6 +74,12 @@ class Transport {
   // this one, ascending) for members, nullptr for everyone else.
   virtual std::unique_ptr<Transport> split(const std::vector<int>& members) = 0;
 
+  // Memory for an output the core allocates (allgather, alltoall) that this
+  // rank's peers can write into (shared memory): an exchange into such outputs
+  // pushes each rank's data straight into its peers', one copy instead of two.
+  // nullptr where the transport has none, or none left: the caller allocates.
+  virtual std::shared_ptr<char> shared_output(size_t /*bytes*/) { return nullptr; }
+
   // Fused control and data (shared memory). Once per cycle, before its control
   // step (allreduce_bitand), the controller hands over the input of the cached
   // collective this rank expects to run first, up to preload_capacity() bytes

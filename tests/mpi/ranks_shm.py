@@ -115,23 +115,30 @@ def test_data_movement_collectives_match_numpy(hvd):
         assert np.array_equal(got, np.concatenate(pieces)), f"alltoall x{count}"
 
 
-def vm_flags_at(address):
-    """The VmFlags of the mapping of this process that holds `address` (/proc/self/smaps)."""
-    inside = False
+def mapping_at(address):
+    """(file, VmFlags) of the mapping of this process that holds `address` (/proc/self/smaps)."""
+    inside, name = False, ""
     for line in open("/proc/self/smaps"):
-        head = line.split()[0]
+        fields = line.split()
+        head = fields[0]
         if "-" in head and not head.endswith(":"):
             lo, hi = (int(a, 16) for a in head.split("-"))
             inside = lo <= address < hi
+            name = " ".join(fields[5:])
         elif inside and head == "VmFlags:":
-            return line.split()[1:]
+            return name, fields[1:]
     raise AssertionError(f"no mapping holds {address:#x}")
 
 
-def test_large_outputs_come_from_huge_page_buffers_never_shared_with_a_held_output(hvd):
-    # 4 MiB and more (so each holds a whole aligned huge page): the core allocates them from its
-    # buffer pool, which takes a buffer back only once its array is gone. Half the outputs are
-    # held while the next calls run.
+def in_heap(array):
+    """Whether the core took `array` from this rank's shared-memory heap (transport/shm_heap.h)."""
+    return mapping_at(array.ctypes.data)[0].startswith("/memfd:horo-heap")
+
+
+def test_large_outputs_are_never_shared_with_a_held_output(hvd):
+    # 4 MiB and more (so each holds a whole aligned huge page): the core allocates them from the
+    # shared-memory heap, or (no heap) from its buffer pool; either takes a buffer back only once
+    # its array is gone. Half the outputs are held while the next calls run.
     n = WORLD * ((4 << 20) // 8 // WORLD + 5)
     held = []
     for i in range(4):
@@ -145,14 +152,16 @@ def test_large_outputs_come_from_huge_page_buffers_never_shared_with_a_held_outp
             held.append((got, np.concatenate(inputs)))
     for got, expected in held:
         assert np.array_equal(got, expected), "an output the caller held was overwritten"
-    # Advised as huge pages (MADV_HUGEPAGE shows as "hg"), as NumPy advises its own large arrays;
-    # a kernel built without transparent huge pages refuses the advice.
-    if not os.path.exists("/sys/kernel/mm/transparent_hugepage"):
+    if "HORO_SHM_HEAP_BYTES" not in os.environ and WORLD > 1:  # the default heap holds them all
+        assert in_heap(got), mapping_at(got.ctypes.data)
+    # The pool's are advised as huge pages (MADV_HUGEPAGE shows as "hg"), as NumPy advises its
+    # own large arrays; a kernel built without transparent huge pages refuses the advice.
+    if in_heap(got) or not os.path.exists("/sys/kernel/mm/transparent_hugepage"):
         return
     start = got.ctypes.data
     interior = (start + (2 << 20) - 1) // (2 << 20) * (2 << 20)
     assert interior + (2 << 20) <= start + got.nbytes
-    assert "hg" in vm_flags_at(interior), vm_flags_at(interior)
+    assert "hg" in mapping_at(interior)[1], mapping_at(interior)
 
 
 def test_reducescatter_gather_scatter_reduce(hvd):
@@ -267,6 +276,8 @@ def test_settings_that_differ_between_ranks_follow_rank_0():
         "HORO_SHM_PRELOAD_BYTES": str(8192 * (WORLD - RANK)),
         "HORO_SHM_SINGLE_COPY_BYTES": str(0 if RANK == 0 else 4096),
         "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": str(4096 if RANK == 0 else 0),
+        # Heaps of their own sizes: some outputs fit on some ranks only, and those exchanges fall back.
+        "HORO_SHM_HEAP_BYTES": str(16384 * (RANK + 1)),
     })
     horo.init()
     try:
