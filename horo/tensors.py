@@ -47,11 +47,13 @@ def empty(shape, dtype, like):
 
 
 def empty_like(array):
-    """An uninitialised output like `array`. Large ones come from the core's
-    buffer pool: a recycled buffer is already mapped, where a fresh one would
-    take a page fault per 4 KiB on first touch."""
+    """An uninitialised output like `array`. From 64 KiB up it comes from the core:
+    its shared-memory heap, where the host's peers write their results straight
+    into it (allreduce np=2, 128-512 KiB: 0.86-0.92 of the time of a NumPy-made
+    output), else its buffer pool, whose recycled buffers are already mapped
+    where a fresh one takes a page fault per 4 KiB on first touch."""
     if isinstance(array, cuda_arrays.CudaBuffer):
         return cuda_arrays.empty(array.shape, array.dtype, array)
-    if array.nbytes < (1 << 20):
+    if array.nbytes < (64 << 10):
         return np.empty_like(array)
     return _core.empty(array.nbytes).view(array.dtype).reshape(array.shape)

@@ -55,8 +55,9 @@ const std::vector<TunableSpec>& tunable_specs() {
        "while a host runs no more ranks than cores, else 4194304"},
       {"HORO_SHM_HEAP_BYTES", "", "1073741824",
        "each rank's heap of memory its host's peers can write into (a sparse memfd: pages exist once used); "
-       "allgather and alltoall outputs come from it, so each rank copies its data straight into its peers' "
-       "outputs, one copy instead of two; an output that does not fit goes through the segment; 0: no heap"},
+       "allgather and alltoall outputs and the NumPy API's new arrays from 64 KiB come from it, so each rank "
+       "copies its data straight into its peers' outputs, one copy instead of two; an output that does not fit "
+       "goes through the segment; 0: no heap"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "

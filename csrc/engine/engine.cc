@@ -42,6 +42,7 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   for (int r = 0; r < transport->size(); ++r) everyone[r] = r;
   add_set(0, std::move(transport), std::move(everyone));
   Transport* global = sets_.at(0).transport.get();
+  shared_output_ = global->output_allocator();
   queue_.set_on_work([global] { global->wake_local(); });
   // Where the global set watches its peers, or this rank has none (a job of one),
   // the background thread needs no polling period, and a waiting caller may run

@@ -196,7 +196,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     out->shape[0] = 0;
     for (int r = 0; r < n; ++r) out->shape[0] += group[k].per_rank[r];
     const size_t bytes = elements(out->shape) * esize;
-    out->bytes.resize(bytes, fused ? nullptr : transport_.shared_output(bytes));
+    out->bytes.resize(bytes, fused ? nullptr : shared_output(bytes));
     entries[k].allocated = std::move(out);
   }
   if (group.front().preloaded) {  // one tensor: every rank's rows from its input
@@ -306,7 +306,7 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     out->shape[0] += rows_in;
   }
   const size_t bytes = static_cast<size_t>(out->shape[0]) * row_bytes;
-  out->bytes.resize(bytes, agreed.preloaded ? nullptr : transport_.shared_output(bytes));
+  out->bytes.resize(bytes, agreed.preloaded ? nullptr : shared_output(bytes));
   const int64_t t = timeline_.activity_start();
   if (agreed.preloaded) {  // rank r's rows for this rank, from r's input
     size_t at = 0;
@@ -335,7 +335,8 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
     out->shape = e.request.shape;
     out->shape[0] = 0;
     for (int r = 0; r < n; ++r) out->shape[0] += agreed.per_rank[r];
-    out->bytes.resize(static_cast<size_t>(out->shape[0]) * row_bytes);
+    const size_t total = static_cast<size_t>(out->shape[0]) * row_bytes;
+    out->bytes.resize(total, shared_output(total));
     output = out->bytes.data();
     e.allocated = std::move(out);
   }

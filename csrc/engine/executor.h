@@ -19,7 +19,8 @@ namespace horo {
 class Executor {
  public:
   Executor(Transport& transport, const Tunables& tunables, Timeline& timeline)
-      : transport_(transport), tunables_(tunables), timeline_(timeline), ring_(tunables.ring_chunk_bytes) {}
+      : transport_(transport), tunables_(tunables), timeline_(timeline), ring_(tunables.ring_chunk_bytes),
+        shared_output_(transport.output_allocator()) {}
 
   // `group[i]` is the agreed response for `entries[i]`; all share one
   // collective, dtype, op, scale factors and root.
@@ -44,6 +45,8 @@ class Executor {
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
   // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank
   // order (as the shared-memory one-step allreduce does) and scaled, into output.
+  // Memory for an output the peers may write into (Transport::output_allocator), or null.
+  std::shared_ptr<char> shared_output(size_t bytes) const { return shared_output_ ? shared_output_(bytes) : nullptr; }
   void reduce_preloaded(void* output, size_t offset, size_t count, DataType dtype, ReduceOp op, double scale,
                         const char* label);
 
@@ -51,6 +54,7 @@ class Executor {
   const Tunables& tunables_;
   Timeline& timeline_;  // activities of the group being run (engine/timeline.h)
   Ring ring_;
+  Transport::OutputAllocator shared_output_;
   FusionBuffer fusion_;
 };
 

@@ -386,8 +386,12 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "empty",
       [](size_t bytes) {
-        // A caller-visible output from the buffer pool (see engine/buffer_pool.h).
-        auto owner = new std::shared_ptr<char>(BufferPool::instance().acquire(bytes));
+        // A caller-visible output from the global set's shared memory, which lets its peers write
+        // their results straight into it (transport/shm_heap.h), else from the buffer pool.
+        std::shared_ptr<char> memory;
+        if (auto engine = std::atomic_load(&g_engine)) memory = engine->shared_output(bytes);
+        if (!memory) memory = BufferPool::instance().acquire(bytes);
+        auto owner = new std::shared_ptr<char>(std::move(memory));
         py::capsule release(owner, [](void* p) { delete static_cast<std::shared_ptr<char>*>(p); });
         return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {1}, reinterpret_cast<uint8_t*>(owner->get()),
                                     release);

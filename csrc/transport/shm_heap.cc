@@ -150,12 +150,15 @@ ShmHeap::~ShmHeap() {
   }
 }
 
-std::shared_ptr<char> ShmHeap::allocate(size_t bytes) {
-  if (!own_) return nullptr;
+std::function<std::shared_ptr<char>(size_t)> ShmHeap::allocator() const {
+  if (!own_) return {};
+  return [arena = own_](size_t bytes) { return allocate(arena, bytes); };
+}
+
+std::shared_ptr<char> ShmHeap::allocate(const std::shared_ptr<Arena>& arena, size_t bytes) {
   bytes = round_up(bytes > 0 ? bytes : 1, kLine);
-  char* p = own_->take(bytes);
+  char* p = arena->take(bytes);
   if (p == nullptr) return nullptr;
-  std::shared_ptr<Arena> arena = own_;
   return std::shared_ptr<char>(p, [arena, bytes](char* q) { arena->give_back(q, bytes); });
 }
 

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,9 @@ class ShmHeap {
   // The same answer on every rank.
   bool enabled() const { return own_ != nullptr; }
   // Uninitialised memory from this rank's heap, given back when the last owner
-  // lets go (possibly after the heap itself is gone); nullptr when it is full.
-  std::shared_ptr<char> allocate(size_t bytes);
+  // lets go; nullptr when it is full. The allocator (empty where disabled) and
+  // what it hands out may outlive this object.
+  std::function<std::shared_ptr<char>(size_t bytes)> allocator() const;
   // Offset of [p, p + bytes) in this rank's heap, or kNowhere. An empty range is
   // everywhere: no peer writes into it.
   uint64_t locate(const void* p, size_t bytes) const;
@@ -48,6 +50,7 @@ class ShmHeap {
  private:
   // This rank's heap: outlives the transport while callers hold outputs from it.
   class Arena;
+  static std::shared_ptr<char> allocate(const std::shared_ptr<Arena>& arena, size_t bytes);
   std::shared_ptr<Arena> own_;
   std::vector<char*> mapped_;  // every rank's heap, this rank's own included
   std::vector<size_t> sizes_;

@@ -61,7 +61,7 @@ class ShmTransport : public Transport {
   bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root) override;
   void barrier() override { step(); }
   std::unique_ptr<Transport> split(const std::vector<int>& members) override { return inner_->split(members); }
-  std::shared_ptr<char> shared_output(size_t bytes) override { return heap_.allocate(bytes); }
+  OutputAllocator output_allocator() const override { return heap_.allocator(); }
 
   size_t preload_capacity() const override { return size_ > 1 ? segment_.preload_bytes() : 0; }
   void preload(const void* input, size_t bytes, bool rooted) override;
@@ -120,6 +120,8 @@ class ShmTransport : public Transport {
   // outputs_[r] is then rank r's output as mapped here, its `recv_at` in slot(r),
   // and each rank pushes its data into its peers' outputs, then takes pushed().
   bool outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at = nullptr);
+  // The same, from the mailboxes of a step just taken (mail word 0: ShmHeap::locate()).
+  bool outputs_located();
   // The step after the pushes: every output is whole.
   void pushed() {
     begin_round();

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,11 +75,14 @@ class Transport {
   // this one, ascending) for members, nullptr for everyone else.
   virtual std::unique_ptr<Transport> split(const std::vector<int>& members) = 0;
 
-  // Memory for an output the core allocates (allgather, alltoall) that this
-  // rank's peers can write into (shared memory): an exchange into such outputs
-  // pushes each rank's data straight into its peers', one copy instead of two.
-  // nullptr where the transport has none, or none left: the caller allocates.
-  virtual std::shared_ptr<char> shared_output(size_t /*bytes*/) { return nullptr; }
+  // Where this rank's peers can write into memory it allocates (shared memory):
+  // a source of output buffers for it. A collective into such outputs (an
+  // allgather's, alltoall's, the NumPy API's new arrays) has each rank write its
+  // data straight into its peers' outputs, which saves a copy. It returns
+  // nullptr when it has no room left, and may outlive the transport (outputs
+  // outlive it). Empty where the transport has none: callers allocate their own.
+  using OutputAllocator = std::function<std::shared_ptr<char>(size_t bytes)>;
+  virtual OutputAllocator output_allocator() const { return {}; }
 
   // Fused control and data (shared memory). Once per cycle, before its control
   // step (allreduce_bitand), the controller hands over the input of the cached

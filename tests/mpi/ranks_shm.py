@@ -90,7 +90,15 @@ def test_allreduce_in_place_and_fused(hvd):
     # which is its input too.
     big = contribution("float32", 300001, RANK)
     hvd.allreduce_(big, op=hvd.Sum, name="inplace.big")
-    assert np.array_equal(big, sum(contribution("float32", 300001, r) for r in range(WORLD)))
+    total = sum(contribution("float32", 300001, r) for r in range(WORLD))
+    assert np.array_equal(big, total)
+    # In place in memory from the shared heap (a new array horo made): the peers write their
+    # reduced slices straight into it, over elements this rank published at the round's start.
+    made = hvd.allreduce(big, op=hvd.Min, name="inplace.made")
+    if "HORO_SHM_HEAP_BYTES" not in os.environ and WORLD > 1:
+        assert in_heap(made), mapping_at(made.ctypes.data)
+    hvd.allreduce_(made, op=hvd.Sum, name="inplace.heap")
+    assert np.array_equal(made, total * WORLD)
 
 
 def test_data_movement_collectives_match_numpy(hvd):
