@@ -234,7 +234,7 @@ bool ShmTransport::native_allreduce_scaled(const void* input, void* output, size
   const size_t per_round = chunk_ / esize;
   // Slices start on cache lines: no two ranks write one line.
   const size_t align = std::max<size_t>(1, kLine / esize);
-  // Where every output lies in its rank's heap (a fusion buffer, a core-allocated output),
+  // Where every output lies in its rank's heap (a new array horo made: Transport::output_allocator),
   // each rank writes its reduced slice straight into its peers' outputs, and nobody copies
   // slices out of the slots. The first round's step says where the outputs are.
   bool push = false;

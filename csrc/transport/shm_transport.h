@@ -9,12 +9,13 @@
 // plane runs through the same slots, so a steady-state cycle sends no MPI
 // message, and a small cached collective's inputs ride its control step
 // (preload): each rank then computes its output with no step of its own.
-// Exchanges (allgather, alltoall) skip the segment when every output came
-// from its rank's heap (shm_heap.h): each rank writes its data straight into
-// its peers' outputs. Other large moves (broadcast, gather, scatter, and
-// exchanges into outputs outside the heaps) skip it where the kernel allows:
-// receivers read the senders' buffers directly (cross_memory.h). Either way,
-// one copy instead of two.
+// Where every output came from its rank's heap (shm_heap.h), each rank
+// writes its data straight into its peers' outputs: allgather, alltoall and
+// gather then skip the segment, and allreduce's all-gather skips copying
+// out of it. Other large moves (broadcast, scatter, and the rest into
+// outputs outside the heaps) skip it where the kernel allows: receivers read
+// the senders' buffers directly (cross_memory.h). Either way, one copy
+// instead of two.
 // Point-to-point (the ring) and split stay on the inner MPI transport.
 #pragma once
 
