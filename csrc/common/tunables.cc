@@ -58,6 +58,11 @@ const std::vector<TunableSpec>& tunable_specs() {
        "allgather and alltoall outputs and the NumPy API's new arrays from 64 KiB come from it, so each rank "
        "copies its data straight into its peers' outputs, one copy instead of two; an output that does not fit "
        "goes through the segment; 0: no heap"},
+      {"HORO_SHM_ALLREDUCE_PUSH_BYTES", "", "auto",
+       "shared-memory allreduce from this size, where every output is in its rank's heap: each rank writes its "
+       "reduced slice straight into its peers' outputs instead of its slot (nobody copies slices out); auto: 0 "
+       "(always) while a host runs no more ranks than cores, else 1048576 (where ranks share cores, the pushes "
+       "lengthen the wait for the last rank)"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
@@ -185,6 +190,10 @@ Tunables Tunables::from_environment() {
           ? -1
           : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES")));
   t.shm_heap_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_HEAP_BYTES")));
+  t.shm_allreduce_push_bytes =
+      lookup("HORO_SHM_ALLREDUCE_PUSH_BYTES") == "auto"
+          ? -1
+          : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_ALLREDUCE_PUSH_BYTES")));
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");

@@ -41,6 +41,9 @@ struct Tunables {
   // -1 (auto) is settled at init, from whether this host runs more ranks than cores.
   int64_t shm_exchange_single_copy_bytes = -1;
   int64_t shm_heap_bytes;  // each rank's heap of outputs its peers write into (0: none)
+  // shm allreduce from this size, into outputs in the heaps: every rank writes its slice into its peers'
+  // outputs; -1 (auto) is settled at init, as shm_exchange_single_copy_bytes is.
+  int64_t shm_allreduce_push_bytes = -1;
   // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.
   std::string hierarchical_allreduce;  // also decides broadcast
   std::string hierarchical_allgather;

@@ -47,10 +47,11 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       spin_yields_(inner_->settings().spin_yields) {
   // The settings that decide how many steps a collective takes come from rank 0, as the
   // segment's sizes do: ranks whose environments differ must still take the same steps.
-  uint64_t protocol[3] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
-                          inner_->settings().shm_exchange_single_copy_bytes};
-  MPI_Bcast(protocol, 3, MPI_UINT64_T, 0, inner_->comm());
+  uint64_t protocol[4] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
+                          inner_->settings().shm_exchange_single_copy_bytes, inner_->settings().shm_allreduce_push_bytes};
+  MPI_Bcast(protocol, 4, MPI_UINT64_T, 0, inner_->comm());
   small_bytes_ = protocol[0];
+  allreduce_push_bytes_ = protocol[3];
   if ((protocol[1] > 0 || protocol[2] > 0) && cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = protocol[1];
     exchange_single_copy_bytes_ = protocol[2];
@@ -246,7 +247,10 @@ bool ShmTransport::native_allreduce_scaled(const void* input, void* output, size
     // Peers read every slice of this rank's slot but its own: that one is reduced
     // straight from the input (measured 5-18% faster at every size than copying it in too).
     begin_round();
-    if (done == 0) mail(rank_)[0] = heap_.enabled() ? heap_.locate(out, count * esize) : ShmHeap::kNowhere;
+    if (done == 0) {
+      const bool may_push = heap_.enabled() && count * esize >= allreduce_push_bytes_;
+      mail(rank_)[0] = may_push ? heap_.locate(out, count * esize) : ShmHeap::kNowhere;
+    }
     copy_for_peers(slot(rank_), chunk, lo * esize);
     copy_for_peers(slot(rank_) + hi * esize, chunk + hi * esize, (m - hi) * esize);
     step();

@@ -146,6 +146,7 @@ class ShmTransport : public Transport {
   size_t stream_bytes_ = 0;       // 0: plain copies into the slots
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
   size_t exchange_single_copy_bytes_ = 0;
+  size_t allreduce_push_bytes_ = 0;  // allreduce into outputs in the heaps from this size: pushes
   std::string read_error_;
   std::chrono::microseconds spin_{0};
   bool spin_yields_ = true;
