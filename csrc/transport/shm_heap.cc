@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,19 @@ namespace {
 constexpr size_t kLine = 64;  // every block starts on its own cache line
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Through syscall(): glibc before 2.27 (manylinux2014's) has no wrapper. Kernel headers
+// without the call (before Linux 3.17) leave the heap off: -1 with ENOSYS.
+int make_memfd(const char* name) {
+#ifdef SYS_memfd_create
+  constexpr unsigned kCloseOnExec = 1;  // MFD_CLOEXEC
+  return static_cast<int>(syscall(SYS_memfd_create, name, kCloseOnExec));
+#else
+  (void)name;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
 
 void* map_shared(int fd, size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
@@ -96,7 +110,7 @@ ShmHeap::ShmHeap(MPI_Comm comm, size_t bytes) {
   std::string why;
   int fd = -1;
   if (bytes > 0) {
-    fd = memfd_create("horo-heap", MFD_CLOEXEC);
+    fd = make_memfd("horo-heap");
     if (fd < 0) {
       why = std::string("memfd_create: ") + strerror(errno);
     } else if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
