@@ -94,7 +94,7 @@ void init(int64_t fortran_comm) {
   }
   if (tunables.shm_allreduce_push_bytes < 0) {  // auto
     // The pushes come before the round's last step, the copies out they save after it: where ranks
-    // share cores, the last rank to run makes everyone wait longer. In-job A/B (time pushed / not),
+    // share cores, the last rank to run makes everyone wait longer. A/B in alternating jobs (time pushed / not),
     // np=4 on 2 cores: 64 KiB 1.40-1.72, 256 KiB 1.17-1.61, 1 MiB 0.89, 4 MiB 0.95; np=2 0.72-0.92.
     tunables.shm_allreduce_push_bytes = oversubscribed ? 1048576 : 0;
   }

@@ -91,7 +91,7 @@ void ShmTransport::copy_for_peers(char* to, const void* src, size_t bytes) const
 
 void ShmTransport::copy_own(char* to, const void* src, size_t bytes) {
   // Streamed past the L2 cache's size, which a plain copy would only evict itself from:
-  // in-job A/B, np=2 (own part 2/8 MiB): allgather 0.99/0.78 of the time, alltoall 0.86/0.83;
+  // A/B in alternating jobs, np=2 (own part 2/8 MiB): allgather 0.99/0.78 of the time, alltoall 0.86/0.83;
   // at 32-512 KiB streaming ran 1.1-1.6x slower.
   constexpr size_t kStreamFrom = size_t(2) << 20;
   if (bytes >= kStreamFrom) {
