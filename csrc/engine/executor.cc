@@ -196,7 +196,8 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     out->shape[0] = 0;
     for (int r = 0; r < n; ++r) out->shape[0] += group[k].per_rank[r];
     const size_t bytes = elements(out->shape) * esize;
-    out->bytes.resize(bytes, fused ? nullptr : shared_output(bytes));
+    // Only where the peers write into it: a preloaded one is computed by this rank alone.
+    out->bytes.resize(bytes, fused || group.front().preloaded ? nullptr : shared_output(bytes));
     entries[k].allocated = std::move(out);
   }
   if (group.front().preloaded) {  // one tensor: every rank's rows from its input

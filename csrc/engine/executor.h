@@ -43,10 +43,10 @@ class Executor {
   void reduce_to_root(TensorEntry& entry);
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
-  // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank
-  // order (as the shared-memory one-step allreduce does) and scaled, into output.
   // Memory for an output the peers may write into (Transport::output_allocator), or null.
   std::shared_ptr<char> shared_output(size_t bytes) const { return shared_output_ ? shared_output_(bytes) : nullptr; }
+  // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank
+  // order (as the shared-memory one-step allreduce does) and scaled, into output.
   void reduce_preloaded(void* output, size_t offset, size_t count, DataType dtype, ReduceOp op, double scale,
                         const char* label);
 
