@@ -136,6 +136,11 @@ std::string algorithm(const char* env) {
   return value;
 }
 
+// A byte count (negatives are 0), or -1 for "auto" (settled at init, from the host).
+int64_t bytes_or_auto(const char* env) {
+  return lookup(env) == "auto" ? -1 : std::max<int64_t>(0, static_cast<int64_t>(number(env)));
+}
+
 std::string switch_mode(const char* env) {
   std::string value = lookup(env);
   if (value == "true" || value == "True" || value == "TRUE") value = "1";
@@ -185,15 +190,9 @@ Tunables Tunables::from_environment() {
   t.shm_preload_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_PRELOAD_BYTES")));
   t.shm_stream_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_STREAM_BYTES")));
   t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
-  t.shm_exchange_single_copy_bytes =
-      lookup("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES") == "auto"
-          ? -1
-          : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES")));
+  t.shm_exchange_single_copy_bytes = bytes_or_auto("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES");
   t.shm_heap_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_HEAP_BYTES")));
-  t.shm_allreduce_push_bytes =
-      lookup("HORO_SHM_ALLREDUCE_PUSH_BYTES") == "auto"
-          ? -1
-          : std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_ALLREDUCE_PUSH_BYTES")));
+  t.shm_allreduce_push_bytes = bytes_or_auto("HORO_SHM_ALLREDUCE_PUSH_BYTES");
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");

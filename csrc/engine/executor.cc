@@ -197,7 +197,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     for (int r = 0; r < n; ++r) out->shape[0] += group[k].per_rank[r];
     const size_t bytes = elements(out->shape) * esize;
     // Only where the peers write into it: a preloaded one is computed by this rank alone.
-    out->bytes.resize(bytes, fused || group.front().preloaded ? nullptr : shared_output(bytes));
+    out->bytes.resize(bytes, fused || group.front().preloaded ? nullptr : shared_output_(bytes));
     entries[k].allocated = std::move(out);
   }
   if (group.front().preloaded) {  // one tensor: every rank's rows from its input
@@ -307,7 +307,7 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     out->shape[0] += rows_in;
   }
   const size_t bytes = static_cast<size_t>(out->shape[0]) * row_bytes;
-  out->bytes.resize(bytes, agreed.preloaded ? nullptr : shared_output(bytes));
+  out->bytes.resize(bytes, agreed.preloaded ? nullptr : shared_output_(bytes));
   const int64_t t = timeline_.activity_start();
   if (agreed.preloaded) {  // rank r's rows for this rank, from r's input
     size_t at = 0;
@@ -337,7 +337,7 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
     out->shape[0] = 0;
     for (int r = 0; r < n; ++r) out->shape[0] += agreed.per_rank[r];
     const size_t total = static_cast<size_t>(out->shape[0]) * row_bytes;
-    out->bytes.resize(total, shared_output(total));
+    out->bytes.resize(total, shared_output_(total));
     output = out->bytes.data();
     e.allocated = std::move(out);
   }

@@ -43,8 +43,6 @@ class Executor {
   void reduce_to_root(TensorEntry& entry);
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
-  // Memory for an output the peers may write into (Transport::output_allocator), or null.
-  std::shared_ptr<char> shared_output(size_t bytes) const { return shared_output_ ? shared_output_(bytes) : nullptr; }
   // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank
   // order (as the shared-memory one-step allreduce does) and scaled, into output.
   void reduce_preloaded(void* output, size_t offset, size_t count, DataType dtype, ReduceOp op, double scale,
@@ -54,6 +52,7 @@ class Executor {
   const Tunables& tunables_;
   Timeline& timeline_;  // activities of the group being run (engine/timeline.h)
   Ring ring_;
+  // Memory for an output the peers may write into, or null (Transport::output_allocator).
   Transport::OutputAllocator shared_output_;
   FusionBuffer fusion_;
 };

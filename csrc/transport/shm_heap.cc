@@ -117,7 +117,7 @@ ShmHeap::ShmHeap(MPI_Comm comm, size_t bytes) {
       why = std::string("ftruncate: ") + strerror(errno);
     }
   } else {
-    why = "HORO_SHM_HEAP_BYTES=0";
+    why = "none asked for";
   }
   int64_t card[3] = {getpid(), fd, why.empty() ? static_cast<int64_t>(bytes) : 0};
   std::vector<int64_t> cards(3 * static_cast<size_t>(size));
@@ -151,7 +151,8 @@ ShmHeap::ShmHeap(MPI_Comm comm, size_t bytes) {
     own_ = std::make_shared<Arena>(mapped_[rank], sizes_[rank]);
     return;
   }
-  if (!why.empty()) HORO_LOG(kLogInfo, "no shared-memory output heap (" << why << "): exchanges use the segment");
+  // None asked for (HORO_SHM_HEAP_BYTES=0, a set of one) is not news.
+  if (bytes > 0) HORO_LOG(kLogInfo, "no shared-memory output heap (" << why << "): exchanges use the segment");
   for (int r = 0; r < size; ++r) {
     if (mapped_[r]) munmap(mapped_[r], sizes_[r]);
   }
@@ -165,8 +166,7 @@ ShmHeap::~ShmHeap() {
 }
 
 std::function<std::shared_ptr<char>(size_t)> ShmHeap::allocator() const {
-  if (!own_) return {};
-  return [arena = own_](size_t bytes) { return allocate(arena, bytes); };
+  return [arena = own_](size_t bytes) { return arena ? allocate(arena, bytes) : nullptr; };
 }
 
 std::shared_ptr<char> ShmHeap::allocate(const std::shared_ptr<Arena>& arena, size_t bytes) {

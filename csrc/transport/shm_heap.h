@@ -38,8 +38,8 @@ class ShmHeap {
   // The same answer on every rank.
   bool enabled() const { return own_ != nullptr; }
   // Uninitialised memory from this rank's heap, given back when the last owner
-  // lets go; nullptr when it is full. The allocator (empty where disabled) and
-  // what it hands out may outlive this object.
+  // lets go; nullptr when it is full, or disabled. The allocator and what it
+  // hands out may outlive this object.
   std::function<std::shared_ptr<char>(size_t bytes)> allocator() const;
   // Offset of [p, p + bytes) in this rank's heap, or kNowhere. An empty range is
   // everywhere: no peer writes into it.

@@ -78,11 +78,14 @@ class Transport {
   // Where this rank's peers can write into memory it allocates (shared memory):
   // a source of output buffers for it. A collective into such outputs (an
   // allgather's, alltoall's, the NumPy API's new arrays) has each rank write its
-  // data straight into its peers' outputs, which saves a copy. It returns
-  // nullptr when it has no room left, and may outlive the transport (outputs
-  // outlive it). Empty where the transport has none: callers allocate their own.
+  // data straight into its peers' outputs, which saves a copy. It may outlive the
+  // transport (outputs outlive it), and returns nullptr where it has no room left
+  // or the transport has none: callers then allocate their own.
   using OutputAllocator = std::function<std::shared_ptr<char>(size_t bytes)>;
-  virtual OutputAllocator output_allocator() const { return {}; }
+  static OutputAllocator no_shared_outputs() {
+    return [](size_t) { return std::shared_ptr<char>(); };
+  }
+  virtual OutputAllocator output_allocator() const { return no_shared_outputs(); }
 
   // Fused control and data (shared memory). Once per cycle, before its control
   // step (allreduce_bitand), the controller hands over the input of the cached
