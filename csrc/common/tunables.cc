@@ -48,7 +48,8 @@ const std::vector<TunableSpec>& tunable_specs() {
        "them ran 3-10x slower in some jobs); 0: never"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
        "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
-       "senders' buffers (process_vm_readv) where the kernel allows it; 0: never"},
+       "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
+       "at most 4 ranks); 0: never"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
        "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "
        "from one peer (allgather: the largest contribution; alltoall: per pair of ranks); auto: 1048576 "
