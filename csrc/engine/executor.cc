@@ -108,11 +108,24 @@ void Executor::allreduce(std::vector<TensorEntry>& entries, bool preloaded) {
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
+void Executor::allocate_missing_output(TensorEntry& e, size_t rows) {
+  if (e.output) return;
+  auto out = std::make_shared<AllocatedOutput>();
+  out->shape = e.request.shape.empty() ? std::vector<int64_t>{1} : e.request.shape;
+  out->shape[0] = static_cast<int64_t>(rows);
+  out->bytes.resize(elements(out->shape) * dtype_size(e.request.dtype));
+  e.output = out->bytes.data();
+  e.allocated = std::move(out);
+}
+
 void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) {
   const Request& spec = entries.front().request;
   const DataType dtype = spec.dtype;
   const size_t esize = dtype_size(dtype);
   const int n = transport_.size(), me = transport_.rank();
+  for (TensorEntry& e : entries) {
+    allocate_missing_output(e, split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n)[me]);
+  }
   const double postscale = final_scale(spec, n);
   if (preloaded) {  // this rank's rows, straight from every rank's input
     const std::vector<size_t> rows = split_rows(spec.shape.empty() ? 1 : spec.shape[0], n);
@@ -348,6 +361,7 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
 
 void Executor::scatter(TensorEntry& e) {
   const std::vector<size_t> rows = split_rows(e.request.shape[0], transport_.size());
+  allocate_missing_output(e, rows[transport_.rank()]);
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   std::vector<size_t> bytes;
   for (size_t r : rows) bytes.push_back(r * row_bytes);

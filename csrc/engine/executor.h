@@ -40,6 +40,9 @@ class Executor {
   void alltoall(const Response& agreed, TensorEntry& entry);
   void gather(const Response& agreed, TensorEntry& entry);
   void scatter(TensorEntry& entry);
+  // Reducescatter and scatter write this rank's `rows` into the caller's output; an entry given
+  // none (`_core.run(..., output=None)`, as allgather's may be) gets one from the core instead.
+  void allocate_missing_output(TensorEntry& e, size_t rows);
   void reduce_to_root(TensorEntry& entry);
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);

@@ -511,6 +511,24 @@ def test_scatter_default_root_and_large(hvd, comm, store):
         assert_same(out, inputs[0 if root is None else root][start : start + count], key)
 
 
+def test_reducescatter_and_scatter_given_no_output_return_one_the_core_made(hvd):
+    """The core's own entry point takes output=None for these too, as for allgather: it must
+    allocate this rank's share, not write it through a null pointer (it crashed before)."""
+    from horo import dtypes
+    from horo._native import _core
+
+    size, rank = hvd.size(), hvd.rank()
+    rows = 2 * size + 1
+    start, count = share(rows, size, rank)
+    inputs = [data("core.run", "int64", (rows, 3), r) for r in range(size)]
+    code = dtypes.code_of(inputs[rank].dtype, "core.run")
+    for collective, root, expected in (("reducescatter", 0, np.sum(inputs, axis=0)), ("scatter", size - 1, inputs[-1])):
+        data_, shape = _core.run(_core.collective_codes[collective], f"core.run.{collective}", inputs[rank], None,
+                                 code, 1, 1.0, 1.0, root, [], 0)[:2]
+        got = data_.view(np.int64).reshape(shape)
+        assert_same(got, expected[start : start + count], f"core.run {collective}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", OPS)
 def test_reduce_to_every_root(hvd, comm, store, op, dtype):
