@@ -1,6 +1,6 @@
 """allgather: every rank's tensor concatenated along the first dimension,
 which may differ per rank (the other dimensions must match)."""
-from horo.enqueue import allocated, enqueue, enqueue_group, refusing, tensor_name
+from horo.enqueue import allocated, checked_array, enqueue, enqueue_group, refusing, tensor_name
 from horo.handles import blocking, synchronize_all
 from horo.tensors import as_array
 
@@ -15,9 +15,7 @@ def _enqueue(array, name, process_set, waits=False):
 def _start(tensor, name, process_set, waits):
     # `waits`: allgather() wants the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "allgather", process_set, waits)
-    with refusing("allgather", name, process_set):
-        array = as_array(tensor, name)
-    return _enqueue(array, name, process_set, waits)
+    return _enqueue(checked_array(tensor, "allgather", name, process_set), name, process_set, waits)
 
 
 def allgather_async(tensor, name=None, process_set=None):

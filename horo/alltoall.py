@@ -3,9 +3,8 @@ what every rank sent it, concatenated in rank order."""
 import numpy as np
 
 from horo import process_sets
-from horo.enqueue import allocated, enqueue, refusing, tensor_name
+from horo.enqueue import allocated, checked_array, enqueue, tensor_name
 from horo.errors import HoroValueError
-from horo.tensors import as_array
 
 
 def split_counts(splits, name):
@@ -24,11 +23,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
 def _start(tensor, splits, name, process_set, waits):
     # `waits`: alltoall() wants the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "alltoall", process_set, waits)
-    try:  # not `with refusing(...)`: the hot path (see enqueue.enqueue)
-        array = as_array(tensor, name)
-    except Exception as e:
-        refusing("alltoall", name, process_set).announce(e)
-        raise
+    array = checked_array(tensor, "alltoall", name, process_set)
     if array.ndim == 0:
         array = array.reshape(1)
     n = process_sets.resolve(process_set, name)[2]

@@ -1,14 +1,13 @@
 """broadcast: every rank ends with root_rank's tensor."""
 
-from horo.enqueue import enqueue, refusing, returning, tensor_name
-from horo.tensors import as_array, empty_like
+from horo.enqueue import checked_array, enqueue, returning, tensor_name
+from horo.tensors import empty_like
 
 
 def _start(tensor, root_rank, name, process_set, in_place, waits):
     # `waits`: the blocking calls want the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "broadcast", process_set, waits)
-    with refusing("broadcast", name, process_set):
-        array = as_array(tensor, name, in_place)
+    array = checked_array(tensor, "broadcast", name, process_set, in_place)
     if in_place:
         output, result = array, tensor  # the caller's own object comes back (a DLPack/buffer view writes through)
     else:

@@ -2,7 +2,7 @@
 dimension (the first rows % size ranks get one row more, as in Horovod)."""
 
 from horo import ops, process_sets
-from horo.enqueue import enqueue, enqueue_group, refusing, returning, tensor_name
+from horo.enqueue import checked_array, enqueue, enqueue_group, refusing, returning, tensor_name
 from horo.handles import blocking, synchronize_all
 from horo.tensors import as_array, empty
 
@@ -15,8 +15,7 @@ def _start(tensor, op, name, prescale_factor, postscale_factor, process_set, wai
     # `waits`: reducescatter() wants the result: returned instead of a handle (see allreduce._start).
     name = tensor_name(name, "reducescatter", process_set, waits)
     op = ops.resolve(op, None, name)
-    with refusing("reducescatter", name, process_set):
-        array = as_array(tensor, name)
+    array = checked_array(tensor, "reducescatter", name, process_set)
     return _enqueue(array, op, name, prescale_factor, postscale_factor, process_set, waits)
 
 
