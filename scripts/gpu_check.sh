@@ -15,15 +15,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERE
 MPIRUN=("$(dirname "$(command -v "$PY")")/mpirun" --oversubscribe --bind-to none --allow-run-as-root)
 [ -x "${MPIRUN[0]}" ] || MPIRUN[0]=mpirun
 
-stage() {  # stage NAME SECONDS COMMAND...
-  local name=$1 limit=$2 t0=$SECONDS rc
-  shift 2
-  echo "== $name"
-  timeout -k 10 "$limit" "$@" >"$LOG/$name.log" 2>&1
-  rc=$?
-  echo "== $name: rc=$rc, $((SECONDS - t0)) s"
-  tail -n "${TAIL:-15}" "$LOG/$name.log"
-}
+source scripts/stage.sh
 
 stage machine 60 bash -c "nvidia-smi -L; $PY -c 'import sys, torch; print(sys.version); print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.is_available())'; ${MPIRUN[0]} --version | head -1"
 stage build 300 "$PY" -m pip install --no-build-isolation --no-deps -e .

@@ -15,15 +15,7 @@ BIN="$(dirname "$(command -v "$PY")")"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1 PATH="$BIN:$PATH"
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 
-stage() {  # stage NAME SECONDS COMMAND...
-  local name=$1 limit=$2 t0=$SECONDS rc
-  shift 2
-  echo "== $name"
-  timeout -k 10 "$limit" "$@" >"$LOG/$name.log" 2>&1
-  rc=$?
-  echo "== $name: rc=$rc, $((SECONDS - t0)) s"
-  tail -n "${TAIL:-12}" "$LOG/$name.log"
-}
+source scripts/stage.sh
 
 stage machine 30 bash -c "nproc; lscpu | grep -E \"^(Model name|Thread|Core|Socket|L2|L3)\"; df -h /dev/shm; uptime; $PY --version; mpirun --version | head -1"
 stage build 300 "$PY" -m pip install --no-build-isolation --no-deps -e .
