@@ -109,7 +109,6 @@ void Executor::allreduce(std::vector<TensorEntry>& entries, bool preloaded) {
 }
 
 void Executor::allocate_missing_output(TensorEntry& e, size_t rows) {
-  if (e.output) return;
   auto out = std::make_shared<AllocatedOutput>();
   out->shape = e.request.shape.empty() ? std::vector<int64_t>{1} : e.request.shape;
   out->shape[0] = static_cast<int64_t>(rows);
@@ -123,8 +122,8 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) 
   const DataType dtype = spec.dtype;
   const size_t esize = dtype_size(dtype);
   const int n = transport_.size(), me = transport_.rank();
-  for (TensorEntry& e : entries) {
-    allocate_missing_output(e, split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n)[me]);
+  for (TensorEntry& e : entries) {  // the caller's output, as usual: nothing to work out
+    if (!e.output) allocate_missing_output(e, split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n)[me]);
   }
   const double postscale = final_scale(spec, n);
   if (preloaded) {  // this rank's rows, straight from every rank's input
@@ -361,7 +360,7 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
 
 void Executor::scatter(TensorEntry& e) {
   const std::vector<size_t> rows = split_rows(e.request.shape[0], transport_.size());
-  allocate_missing_output(e, rows[transport_.rank()]);
+  if (!e.output) allocate_missing_output(e, rows[transport_.rank()]);
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   std::vector<size_t> bytes;
   for (size_t r : rows) bytes.push_back(r * row_bytes);

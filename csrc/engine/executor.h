@@ -41,7 +41,7 @@ class Executor {
   void gather(const Response& agreed, TensorEntry& entry);
   void scatter(TensorEntry& entry);
   // Reducescatter and scatter write this rank's `rows` into the caller's output; an entry given
-  // none (`_core.run(..., output=None)`, as allgather's may be) gets one from the core instead.
+  // none (`_core.run(..., output=None)`, as allgather's may be) gets one from the core here.
   void allocate_missing_output(TensorEntry& e, size_t rows);
   void reduce_to_root(TensorEntry& entry);
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
