@@ -14,7 +14,7 @@ import torch
 from horo import ops, process_sets
 from horo.alltoall import split_counts
 from horo.allreduce import group_names, tensor_list
-from horo.enqueue import enqueue_group, refusing, returning
+from horo.enqueue import checked_array, enqueue_group, refusing, returning
 from horo.errors import HoroValueError
 from horo.handles import blocking
 from horo.process_sets import global_process_set
@@ -35,8 +35,7 @@ def _group_names(name, collective, tensors, process_set):
 
 def _checked(tensor, name, collective, process_set, in_place=False):
     # A refusal here reaches the other ranks (their namesakes fail), so none waits for this one.
-    with refusing(collective, name, process_set):
-        return checked(tensor, name, in_place)
+    return checked_array(tensor, collective, name, process_set, in_place, check=checked)
 
 
 def _checked_group(tensors, names, collective, process_set, in_place=False):

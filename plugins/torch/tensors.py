@@ -50,10 +50,10 @@ def as_bytes(tensor, name):
 
 
 def _placed(tensor, name, in_place):
-    device = tensor.device.type
-    if device == "cuda":
+    # is_cuda/is_cpu, not device.type: every gradient comes through here, and a device object costs 0.3 us.
+    if tensor.is_cuda:
         require_gpu(name)
-    elif device != "cpu":
+    elif not tensor.is_cpu:
         raise ValueError(f"'{name}': tensors on device '{tensor.device}' are not supported, only CPU and CUDA tensors")
     if tensor.layout is not torch.strided:
         raise ValueError(f"'{name}': {tensor.layout} tensors are not supported; pass tensor.to_dense()")
