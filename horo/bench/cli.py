@@ -112,10 +112,7 @@ def main(argv=None):
     for count in counts:
         case = collectives.Case(args.collective, count, dtype, args.op, rank, n, args.root)
         nbytes = case.nbytes()
-        per_size = {}
-        t, wrong = timing.measure(comm, case.horo_call(horo), case.wrong, args.iters, args.warmup)
-        per_size[horo_variant] = table.record(args.collective, horo_variant, nbytes, count, dtype.name,
-                                              op_label, n, t, factor, wrong)
+        variants_of_size = {horo_variant: timing.Variant(case.horo_call(horo), case.wrong)}
         if baseline_ok:
             try:
                 fn, out = case.mpi_call(comm)
@@ -124,10 +121,10 @@ def main(argv=None):
                 say(f"# baseline disabled: MPI cannot run {args.collective} on {dtype.name} ({e})")
             else:
                 reset = None if out is case.input else (lambda out=out: out.fill(0))
-                t, wrong = timing.measure(comm, lambda fn=fn, out=out: (fn(), out)[1],
-                                          lambda o, case=case: case.wrong(o, baseline=True), args.iters, args.warmup, reset)
-                per_size["mpi"] = table.record(args.collective, "mpi", nbytes, count, dtype.name, op_label, n,
-                                               t, factor, wrong)
+                variants_of_size["mpi"] = timing.Variant(lambda fn=fn, out=out: (fn(), out)[1],
+                                                         lambda o, case=case: case.wrong(o, baseline=True), reset)
+        per_size = {name: table.record(args.collective, name, nbytes, count, dtype.name, op_label, n, t, factor, wrong)
+                    for name, (t, wrong) in timing.measure(comm, variants_of_size, args.iters, args.warmup).items()}
         size_records = list(per_size.values())
         if "mpi" in per_size:
             table.add_ratios(size_records, horo_variant, "mpi")
