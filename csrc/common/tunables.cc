@@ -49,7 +49,7 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
        "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
-       "at most 4 ranks); 0: never"},
+       "at most 4 ranks, and the root writes the last 1/size of each receiver's buffer itself); 0: never"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
        "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "
        "from one peer (allgather: the largest contribution; alltoall: per pair of ranks); auto: 1048576 "

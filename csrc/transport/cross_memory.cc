@@ -32,22 +32,35 @@ bool cross_memory_works(MPI_Comm comm) {
   return everyone == 1;
 }
 
-void read_peer(pid_t pid, uint64_t remote, void* local, size_t bytes, int peer_rank) {
-  char* to = static_cast<char*>(local);
+namespace {
+
+// One copy between this process and `pid`, in as many calls as the kernel needs.
+void move_peer(bool write, pid_t pid, uint64_t remote, char* local, size_t bytes, int peer_rank) {
   while (bytes > 0) {
-    iovec l{to, bytes};
+    iovec l{local, bytes};
     iovec r{reinterpret_cast<void*>(remote), bytes};
-    const ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    const ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
-      throw Error("reading rank " + std::to_string(peer_rank) + "'s buffer (pid " + std::to_string(pid) +
-                  ") failed: " + (n < 0 ? std::string(strerror(errno)) : std::string("no bytes moved")));
+      throw Error(std::string(write ? "writing" : "reading") + " rank " + std::to_string(peer_rank) + "'s buffer (pid " +
+                  std::to_string(pid) + ") failed: " + (n < 0 ? std::string(strerror(errno)) : std::string("no bytes moved")));
     }
-    // Partial reads happen at page boundaries the kernel could not pin at once.
-    to += n;
+    // Partial copies happen at page boundaries the kernel could not pin at once.
+    local += n;
     remote += static_cast<uint64_t>(n);
     bytes -= static_cast<size_t>(n);
   }
+}
+
+}  // namespace
+
+void read_peer(pid_t pid, uint64_t remote, void* local, size_t bytes, int peer_rank) {
+  move_peer(false, pid, remote, static_cast<char*>(local), bytes, peer_rank);
+}
+
+void write_peer(pid_t pid, uint64_t remote, const void* local, size_t bytes, int peer_rank) {
+  // process_vm_writev only reads the local side.
+  move_peer(true, pid, remote, const_cast<char*>(static_cast<const char*>(local)), bytes, peer_rank);
 }
 
 }  // namespace horo

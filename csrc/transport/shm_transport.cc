@@ -115,6 +115,15 @@ void ShmTransport::read_from(int peer, uint64_t remote, void* local, size_t byte
   }
 }
 
+void ShmTransport::write_to(int peer, uint64_t remote, const void* local, size_t bytes) {
+  if (!bytes || !read_error_.empty()) return;
+  try {
+    write_peer(segment_.state(peer).pid.load(), remote, local, bytes, peer);
+  } catch (const Error& e) {
+    read_error_ = e.what();
+  }
+}
+
 void ShmTransport::finish_reads() {
   begin_round();
   mail(rank_)[3] = read_error_.empty() ? 0 : 1;
@@ -506,9 +515,17 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
 
 void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   char* p = static_cast<char*>(buf);
-  if (single_copy(bytes) && size_ <= kMostRanksReadingOneRoot) {  // each reader copies the root's buffer once
+  if (single_copy(bytes) && size_ <= kMostRanksReadingOneRoot) {
+    // Each reader copies most of the root's buffer straight into its own; the root, idle
+    // otherwise, writes the last 1/size of every reader's (process_vm_writev), which balances
+    // their work. In alternating jobs, time with the root's share / without: np=2 0.73-0.81
+    // (2 cores) and 0.56-0.62 (16 cores), np=3 0.84-0.96 and 0.60-0.74, np=4 0.92-1.02 and 0.79-0.81.
+    const size_t share = round_down(bytes / size_, kLine), own = bytes - share;
     publish_addresses(p);
-    if (rank_ != root) read_from(root, mail(root)[0], p, bytes);
+    if (rank_ != root) read_from(root, mail(root)[0], p, own);
+    for (int r = 0; r < size_ && rank_ == root; ++r) {
+      if (r != root) write_to(r, mail(r)[0] + own, p + own, share);
+    }
     finish_reads();
     return;
   }

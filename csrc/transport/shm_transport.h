@@ -131,7 +131,9 @@ class ShmTransport : public Transport {
   // Reads a peer's memory; a failure is kept for finish_reads() rather than
   // thrown, so this rank still takes the steps its peers wait for.
   void read_from(int peer, uint64_t remote, void* local, size_t bytes);
-  // The step after the reads (owners may touch their buffers again), carrying
+  // Writes into a peer's memory (process_vm_writev), the same way.
+  void write_to(int peer, uint64_t remote, const void* local, size_t bytes);
+  // The step after the reads and writes (owners may touch their buffers again), carrying
   // each rank's outcome: a failed read raises on every rank.
   void finish_reads();
 
