@@ -42,8 +42,9 @@ void move_peer(bool write, pid_t pid, uint64_t remote, char* local, size_t bytes
     const ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
-      throw Error(std::string(write ? "writing" : "reading") + " rank " + std::to_string(peer_rank) + "'s buffer (pid " +
-                  std::to_string(pid) + ") failed: " + (n < 0 ? std::string(strerror(errno)) : std::string("no bytes moved")));
+      const std::string why = n < 0 ? std::string(strerror(errno)) : std::string("no bytes moved");
+      throw Error(std::string(write ? "writing" : "reading") + " rank " + std::to_string(peer_rank) +
+                  "'s buffer (pid " + std::to_string(pid) + ") failed: " + why);
     }
     // Partial copies happen at page boundaries the kernel could not pin at once.
     local += n;

@@ -1,10 +1,10 @@
 // Single-copy reads from a peer process's memory (Linux cross-memory attach,
-// process_vm_readv; writes into it: process_vm_writev): a receiver copies straight out of the sender's buffer,
-// instead of the sender copying into the shared segment and the receiver out
-// of it. Open MPI's smsc/cma does the same for large messages. It needs the
-// right to ptrace the peer (same user, Yama permitting) and a seccomp policy
-// that allows the call, so the ranks probe it together and fall back to the
-// segment when any of them cannot.
+// process_vm_readv), and writes into it (process_vm_writev): a receiver copies
+// straight out of the sender's buffer, instead of the sender copying into the
+// shared segment and the receiver out of it. Open MPI's smsc/cma does the same
+// for large messages. It needs the right to ptrace the peer (same user, Yama
+// permitting) and a seccomp policy that allows the call, so the ranks probe it
+// together and fall back to the segment when any of them cannot.
 #pragma once
 
 #include <mpi.h>

@@ -9,6 +9,10 @@ from horo import process_sets as _process_sets
 from horo.enqueue import checked_root, checked_scale
 
 
+def _set_id(process_set, name):
+    return _process_sets.resolve(process_set, name)[0]
+
+
 def _at_least_1d(tensor):
     # As horo's NumPy API: a scalar travels as one row.
     return tf.reshape(tensor, [1]) if tensor.shape.rank == 0 else tensor
@@ -21,7 +25,7 @@ class NativeOps:
     def allreduce_group(self, tensors, names, op, prescale_factor, postscale_factor, process_set):
         """All submitted by one kernel before any completes, so the core can fuse them."""
         tensors = list(tensors)
-        set_id = _process_sets.set_id(process_set, names[0] if names else "allreduce")
+        set_id = _set_id(process_set, names[0] if names else "allreduce")
         args = dict(reduce_op=int(op), prescale_factor=checked_scale(prescale_factor, "prescale_factor", names[0]),
                     postscale_factor=checked_scale(postscale_factor, "postscale_factor", names[0]),
                     process_set_id=set_id)
@@ -30,12 +34,12 @@ class NativeOps:
         return list(self.lib.horo_grouped_allreduce(tensors, list(names), **args))
 
     def allgather_group(self, tensors, names, process_set):
-        set_id = _process_sets.set_id(process_set, names[0] if names else "allgather")
+        set_id = _set_id(process_set, names[0] if names else "allgather")
         return [self.lib.horo_allgather(_at_least_1d(t), n, process_set_id=set_id) for t, n in zip(tensors, names)]
 
     def broadcast_group(self, tensors, names, root_rank, process_set):
         tensors = list(tensors)
-        set_id = _process_sets.set_id(process_set, names[0] if names else "broadcast")
+        set_id = _set_id(process_set, names[0] if names else "broadcast")
         root_rank = checked_root(root_rank, names[0] if names else "broadcast")
         return list(self.lib.horo_broadcast(tensors, list(names), root_rank=root_rank, process_set_id=set_id))
 
@@ -63,4 +67,4 @@ class NativeOps:
         return self.lib.horo_join()
 
     def barrier(self, name, process_set):
-        return self.lib.horo_barrier(name, process_set_id=_process_sets.set_id(process_set, name))
+        return self.lib.horo_barrier(name, process_set_id=_set_id(process_set, name))
