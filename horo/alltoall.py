@@ -26,7 +26,7 @@ def _start(tensor, splits, name, process_set, waits):
     array = checked_array(tensor, "alltoall", name, process_set)
     if array.ndim == 0:
         array = array.reshape(1)
-    n = process_sets.resolve(process_set, name)[2]
+    n = process_sets.set_size(process_set, name)
     # Checked by the coordinator, so a bad split fails every rank, not just this one.
     if splits is None:
         # Even parts, as Horovod; rows that do not divide go as no splits, which the coordinator refuses.

@@ -92,6 +92,13 @@ def set_id(process_set, tensor_name):
     return resolve(process_set, tensor_name)[0]
 
 
+def set_size(process_set, tensor_name):
+    """The set's size, the global set's without resolve()'s rank lookup (alltoall asks on every call)."""
+    if process_set is None or process_set is global_process_set:
+        return basics.size()
+    return resolve(process_set, tensor_name)[2]
+
+
 def resolve(process_set, tensor_name):
     """(set id, this rank's index in it, its size) or a ValueError naming the tensor."""
     if process_set is None:  # the global set, asked on every call: answered without building its rank list

@@ -227,18 +227,20 @@ HandleTable::Result await_handle(Engine& engine, int& handle, FunctionRef<void()
   return result;
 }
 
-// None, or (uint8 array owning the core-allocated output, shape, received splits, value).
-py::object to_python(const HandleTable::Result& result, uintptr_t stream) {
+// None, or (array owning the core-allocated output, shape, received splits, value). The array is
+// flat uint8, or, given the input's `dtype` (every collective that allocates keeps its input's),
+// already that dtype in the agreed shape: the caller's view and reshape cost 0.4 us a call.
+py::object to_python(const HandleTable::Result& result, uintptr_t stream, py::dtype* dtype = nullptr) {
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (!result.allocated) return py::none();
   if (result.allocated->done) return gpu_result(result.allocated, stream);
   auto owner = new std::shared_ptr<AllocatedOutput>(result.allocated);
   py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<AllocatedOutput>*>(p); });
-  auto& bytes = result.allocated->bytes;
-  py::array_t<uint8_t> data({static_cast<py::ssize_t>(bytes.size())}, {1}, reinterpret_cast<uint8_t*>(bytes.data()),
-                            free_when_done);
-  return py::make_tuple(data, py::tuple(py::cast(result.allocated->shape)),
-                        py::cast(result.allocated->received_splits), result.allocated->value);
+  AllocatedOutput& out = *result.allocated;
+  py::array data = dtype ? py::array(*dtype, out.shape, out.bytes.data(), free_when_done)
+                         : py::array_t<uint8_t>({static_cast<py::ssize_t>(out.bytes.size())}, {1},
+                                                reinterpret_cast<const uint8_t*>(out.bytes.data()), free_when_done);
+  return py::make_tuple(data, py::tuple(py::cast(out.shape)), py::cast(out.received_splits), out.value);
 }
 
 // The handle stays valid after an interrupted wait, so synchronize() may be called on it again.
@@ -275,8 +277,9 @@ py::object run(int type, std::string name, py::array input, py::object output, i
   int handle = -1;
   try {
     // The entry is checked above (raising with the GIL held); the enqueue itself runs without it.
+    py::dtype dtype = input.dtype();
     return to_python(await_handle(*engine, handle, [&] { handle = engine->enqueue(std::move(entry), nullptr, true); }),
-                     0);
+                     0, &dtype);
   } catch (py::error_already_set&) {
     if (handle >= 0) (*g_interrupted)[handle] = py::make_tuple(input, output);
     throw;
