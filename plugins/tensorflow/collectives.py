@@ -40,7 +40,7 @@ def _allreduce_slices(slices, op, prescale_factor, postscale_factor, name, compr
     values, ctx = compression.compress(slices.values)
     values = compression.decompress(gradients.allgather(values, f"{name}.values", process_set), ctx)
     indices = core_ops.allgather_group([slices.indices], [f"{name}.indices"], process_set)[0]
-    count = horo.process_sets.resolve(process_set, name)[2]
+    count = horo.process_sets.set_size(process_set, name)
     scale = prescale_factor * postscale_factor / (count if op == horo.Average else 1)
     if scale != 1:
         values = values * tf.cast(scale, values.dtype)

@@ -130,7 +130,7 @@ def reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, p
         def grad(*dys):
             if op not in (horo.Sum, horo.Average):
                 raise ValueError(f"'{names[0]}': the gradient of reducescatter is defined for Sum and Average only")
-            count = _process_sets.resolve(process_set, names[0])[2]
+            count = _process_sets.set_size(process_set, names[0])
             scale = prescale_factor * postscale_factor / (count if op == horo.Average else 1)
             grads = [None] * len(xs)
             float_at = _differentiable_positions(xs)

@@ -55,7 +55,7 @@ def default_splits(rows, count):
 
 def alltoall(tensor, splits, name, process_set):
     """(received rows, int32 rows received from each rank); `splits` None means even splits."""
-    count = _process_sets.resolve(process_set, name)[2]
+    count = _process_sets.set_size(process_set, name)
     inputs = [tensor] if splits is None else [tensor, tf.cast(splits, tf.int32)]
 
     def body(array, send=None):

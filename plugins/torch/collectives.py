@@ -232,7 +232,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     for part, t in (("indices", sparse.indices().t().contiguous()), ("values", sparse.values().contiguous())):
         part_name = f"{name}.{part}"
         handles.append(_allgather_checked(checked(t, part_name), part_name, process_set))
-    divisor = process_sets.resolve(process_set, name)[2] if op == ops.Average else 1
+    divisor = process_sets.set_size(process_set, name) if op == ops.Average else 1
     return SparseAllreduceHandle(handles[0], handles[1], sparse.shape, divisor)
 
 
@@ -242,7 +242,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     t = _checked(tensor, name, "alltoall", process_set)
     if t.dim() == 0:
         t = t.reshape(1)
-    n = process_sets.resolve(process_set, name)[2]
+    n = process_sets.set_size(process_set, name)
     # Checked by the coordinator, so a bad split fails every rank, not just this one.
     if splits is None:
         # Even parts, as Horovod; rows that do not divide go as no splits, which the coordinator refuses.
