@@ -1,6 +1,6 @@
 """allgather: every rank's tensor concatenated along the first dimension,
 which may differ per rank (the other dimensions must match)."""
-from horo.enqueue import allocated, checked_array, enqueue, enqueue_group, refusing, tensor_name
+from horo.enqueue import allocated, checked_array, enqueue, enqueue_group, plain_call, refusing, tensor_name
 from horo.handles import blocking, synchronize_all
 from horo.tensors import as_array
 
@@ -22,8 +22,12 @@ def allgather_async(tensor, name=None, process_set=None):
     return _start(tensor, name, process_set, False)
 
 
+_plain = plain_call("allgather")
+
+
 def allgather(tensor, name=None, process_set=None):
-    return _start(tensor, name, process_set, True)
+    result = _plain(tensor, name, process_set)
+    return result if result is not NotImplemented else _start(tensor, name, process_set, True)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):

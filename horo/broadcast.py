@@ -1,6 +1,6 @@
 """broadcast: every rank ends with root_rank's tensor."""
 
-from horo.enqueue import checked_array, enqueue, returning, tensor_name
+from horo.enqueue import checked_array, enqueue, plain_call, returning, tensor_name
 from horo.tensors import empty_like
 
 
@@ -29,6 +29,10 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
     return _start(tensor, root_rank, name, process_set, False, True)
 
 
+_plain_in_place = plain_call("broadcast", in_place=True)
+
+
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """Overwrites `tensor` with root_rank's, in place, and returns it."""
-    return _start(tensor, root_rank, name, process_set, True, True)
+    result = _plain_in_place(tensor, name, process_set, root_rank)
+    return result if result is not NotImplemented else _start(tensor, root_rank, name, process_set, True, True)

@@ -1,6 +1,8 @@
 """NumPy dtype <-> the core's dtype codes (csrc/common/types.h)."""
 import numpy as np
 
+from horo._native import _core
+
 _CODES = {
     np.dtype(np.uint8): 0,
     np.dtype(np.int8): 1,
@@ -13,6 +15,7 @@ _CODES = {
     np.dtype(np.bool_): 9,  # moved, never reduced (the core refuses reductions of bool)
 }
 _BFLOAT16 = 5
+_core.recognise_dtypes(_CODES)  # for the common call that skips Python (enqueue.plain_call)
 
 
 def code_of(dtype, tensor_name):

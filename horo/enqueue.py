@@ -1,6 +1,8 @@
-"""The one path from the Python API into the core: name the tensor, check the
-buffers, describe them, enqueue, and remember what synchronize() returns."""
+"""The path from the Python API into the core: name the tensor, check the
+buffers, describe them, enqueue, and remember what synchronize() returns. The one
+shortcut, plain_call(), is the core recognising a call this path would pass as it is."""
 import collections
+import functools
 import itertools
 import operator
 
@@ -28,6 +30,14 @@ def tensor_name(name, collective, process_set=None, waits=False):
     set_id = 0 if process_set is None else getattr(process_set, "process_set_id", None)
     number = "" if waits else f".{next(_unnamed[set_id])}"
     return f"{collective}.noname{number}" + (f".set{set_id}" if set_id else "")
+
+
+def plain_call(collective, in_place=False):
+    """plain(tensor, name, process_set[, root]): the core's run of the common blocking call of
+    `collective`, a plain NumPy array in the global set (bindings.cc run_plain), without this
+    module's naming, checks and finish (1.3 us of a 4 KiB call). It returns the result, or
+    NotImplemented for any other call, which then takes the full path (whose checks name any problem)."""
+    return functools.partial(_core.run_plain, _CODES[collective], tensor_name(None, collective, None, True), in_place)
 
 
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),

@@ -227,20 +227,26 @@ HandleTable::Result await_handle(Engine& engine, int& handle, FunctionRef<void()
   return result;
 }
 
-// None, or (array owning the core-allocated output, shape, received splits, value). The array is
-// flat uint8, or, given the input's `dtype` (every collective that allocates keeps its input's),
-// already that dtype in the agreed shape: the caller's view and reshape cost 0.4 us a call.
+// The core-allocated output as an array owning it: flat uint8, or, given the input's `dtype`
+// (every collective that allocates keeps its input's), already that dtype in the agreed shape
+// (the caller's view and reshape cost 0.4 us a call).
+py::array host_array(const std::shared_ptr<AllocatedOutput>& allocated, py::dtype* dtype) {
+  auto owner = new std::shared_ptr<AllocatedOutput>(allocated);
+  py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<AllocatedOutput>*>(p); });
+  AllocatedOutput& out = *allocated;
+  if (dtype) return py::array(*dtype, out.shape, out.bytes.data(), free_when_done);
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(out.bytes.size())}, {1},
+                              reinterpret_cast<const uint8_t*>(out.bytes.data()), free_when_done);
+}
+
+// None, or (array owning the core-allocated output (host_array), shape, received splits, value).
 py::object to_python(const HandleTable::Result& result, uintptr_t stream, py::dtype* dtype = nullptr) {
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (!result.allocated) return py::none();
   if (result.allocated->done) return gpu_result(result.allocated, stream);
-  auto owner = new std::shared_ptr<AllocatedOutput>(result.allocated);
-  py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<AllocatedOutput>*>(p); });
   AllocatedOutput& out = *result.allocated;
-  py::array data = dtype ? py::array(*dtype, out.shape, out.bytes.data(), free_when_done)
-                         : py::array_t<uint8_t>({static_cast<py::ssize_t>(out.bytes.size())}, {1},
-                                                reinterpret_cast<const uint8_t*>(out.bytes.data()), free_when_done);
-  return py::make_tuple(data, py::tuple(py::cast(out.shape)), py::cast(out.received_splits), out.value);
+  return py::make_tuple(host_array(result.allocated, dtype), py::tuple(py::cast(out.shape)),
+                        py::cast(out.received_splits), out.value);
 }
 
 // The handle stays valid after an interrupted wait, so synchronize() may be called on it again.
@@ -261,29 +267,89 @@ void release_finished_interrupted(Engine& engine) {
   }
 }
 
-// enqueue() and wait() in one crossing, for a blocking call on NumPy arrays
-// (`output` None: the core allocates it): at 4 KiB each crossing's argument
-// handling and GIL hand-off is a tenth of the call. Should a signal end the
-// wait early, the arrays are held until the collective is done.
-py::object run(int type, std::string name, py::array input, py::object output, int dtype, int op, double prescale,
-               double postscale, int root, std::vector<int64_t> splits, int process_set) {
-  require_init();
+// Runs `entry` to completion, its cycles on the caller's thread. Should a signal end the wait
+// early, `input` and `output` (the caller's arrays) are held until the collective is done.
+HandleTable::Result run_entry(TensorEntry entry, py::handle input, py::handle output) {
   std::shared_ptr<Engine> engine = g_engine;
   if (!g_interrupted->empty()) release_finished_interrupted(*engine);
-  const uintptr_t target = output.is_none() ? 0 : reinterpret_cast<uintptr_t>(output.cast<py::array>().data());
-  TensorEntry entry = describe(type, std::move(name), reinterpret_cast<uintptr_t>(input.data()), target, dtype,
-                               std::vector<int64_t>(input.shape(), input.shape() + input.ndim()), op, prescale,
-                               postscale, root, std::move(splits), process_set);
   int handle = -1;
   try {
-    // The entry is checked above (raising with the GIL held); the enqueue itself runs without it.
-    py::dtype dtype = input.dtype();
-    return to_python(await_handle(*engine, handle, [&] { handle = engine->enqueue(std::move(entry), nullptr, true); }),
-                     0, &dtype);
+    // The entry is checked before (raising with the GIL held); the enqueue itself runs without it.
+    return await_handle(*engine, handle, [&] { handle = engine->enqueue(std::move(entry), nullptr, true); });
   } catch (py::error_already_set&) {
     if (handle >= 0) (*g_interrupted)[handle] = py::make_tuple(input, output);
     throw;
   }
+}
+
+// enqueue() and wait() in one crossing, for a blocking call on NumPy arrays
+// (`output` None: the core allocates it): at 4 KiB each crossing's argument
+// handling and GIL hand-off is a tenth of the call.
+py::object run(int type, std::string name, py::array input, py::object output, int dtype, int op, double prescale,
+               double postscale, int root, std::vector<int64_t> splits, int process_set) {
+  require_init();
+  const uintptr_t target = output.is_none() ? 0 : reinterpret_cast<uintptr_t>(output.cast<py::array>().data());
+  TensorEntry entry = describe(type, std::move(name), reinterpret_cast<uintptr_t>(input.data()), target, dtype,
+                               std::vector<int64_t>(input.shape(), input.shape() + input.ndim()), op, prescale,
+                               postscale, root, std::move(splits), process_set);
+  py::dtype input_dtype = input.dtype();
+  return to_python(run_entry(std::move(entry), input, output), 0, &input_dtype);
+}
+
+// The dtypes of horo/dtypes.py (which owns the mapping) and their codes: run_plain() knows an
+// array's dtype by the object's identity, without Python. Never destroyed (Python objects).
+auto* g_plain_dtypes = new std::vector<std::pair<py::object, int>>();
+
+int plain_dtype_code(PyObject* descr) {
+  for (const auto& [dtype, code] : *g_plain_dtypes) {
+    if (dtype.ptr() == descr) return code;
+  }
+  return -1;
+}
+
+// The common blocking call, a plain NumPy array in the global set, recognised here: the call
+// Python's checks (horo/enqueue.py) would pass as it is, handed to the core in one crossing
+// of four arguments, without Python's naming, checking and finishing (1.3 us of a 4 KiB call).
+// Anything else returns NotImplemented, and the caller takes the full path, which names
+// any problem and tells the other ranks. Covers the collectives whose output is the core's
+// (allgather; alltoall in even parts) or the input itself (`in_place`: broadcast_).
+// `unnamed`: the name of an unnamed call (`name` None), from horo/enqueue.py's tensor_name().
+py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle tensor, py::handle name,
+                     py::handle process_set, py::handle root) {
+  auto& numpy = py::detail::npy_api::get();
+  const auto not_plain = [] { return py::reinterpret_borrow<py::object>(Py_NotImplemented); };
+  if (name.is_none()) name = unnamed;
+  if (Py_TYPE(tensor.ptr()) != numpy.PyArray_Type_ || !PyUnicode_CheckExact(name.ptr()) || !process_set.is_none() ||
+      !PyLong_CheckExact(root.ptr()) || !g_engine) {
+    return not_plain();
+  }
+  const auto* array = py::detail::array_proxy(tensor.ptr());
+  const int needs = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | (in_place ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0);
+  const int dtype = plain_dtype_code(array->descr);
+  int overflow = 0;
+  const long root_rank = PyLong_AsLongAndOverflow(root.ptr(), &overflow);
+  const auto kind = static_cast<CollectiveType>(type);
+  const bool covered = kind == CollectiveType::kAllgather || kind == CollectiveType::kAlltoall ||
+                       (kind == CollectiveType::kBroadcast && in_place);
+  if (!covered || (array->flags & needs) != needs || array->nd == 0 || dtype < 0 || overflow ||
+      root_rank != static_cast<int>(root_rank)) {
+    return not_plain();
+  }
+  std::vector<int64_t> shape(array->dimensions, array->dimensions + array->nd);
+  std::vector<int64_t> splits;
+  if (kind == CollectiveType::kAlltoall) {  // even parts, as Horovod's default; rows that do not divide are refused
+    if (shape[0] % g_info.size != 0) return not_plain();
+    splits.assign(g_info.size, shape[0] / g_info.size);
+  }
+  const uintptr_t data = reinterpret_cast<uintptr_t>(array->data);
+  TensorEntry entry = describe(type, name.cast<std::string>(), data, in_place ? data : 0, dtype, std::move(shape),
+                               static_cast<int>(ReduceOp::kSum), 1.0, 1.0, static_cast<int>(root_rank),
+                               std::move(splits), 0);
+  const HandleTable::Result result = run_entry(std::move(entry), tensor, py::none());
+  if (!result.error.empty()) throw CollectiveError(result.error);
+  if (in_place) return py::reinterpret_borrow<py::object>(tensor);
+  py::dtype input_dtype = py::reinterpret_borrow<py::dtype>(reinterpret_cast<PyObject*>(array->descr));
+  return host_array(result.allocated, &input_dtype);
 }
 
 }  // namespace
@@ -379,6 +445,18 @@ PYBIND11_MODULE(_core, m) {
         "enqueue() and wait() of a collective on C-contiguous NumPy arrays in one call (a blocking collective; "
         "output None: the core allocates it); returns what wait() returns. Should a signal end the wait early, "
         "the arrays are held until the collective completes.");
+  m.def("run_plain", &run_plain, py::arg("type"), py::arg("unnamed"), py::arg("in_place"), py::arg("tensor"),
+        py::arg("name"), py::arg("process_set"), py::arg("root") = 0,
+        "run() of the common blocking call, a plain NumPy array in the global set, without Python's checks: "
+        "the result (the tensor itself when in_place), or NotImplemented for any other call, which then takes "
+        "the full path.");
+  m.def(
+      "recognise_dtypes",
+      [](py::dict codes) {
+        g_plain_dtypes->clear();
+        for (auto [dtype, code] : codes) g_plain_dtypes->emplace_back(py::reinterpret_borrow<py::object>(dtype), code.cast<int>());
+      },
+      py::arg("codes"), "The NumPy dtypes run_plain() takes (dtype -> code), from horo/dtypes.py.");
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
         "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
         "current cudaStream_t) is made to wait for the results.");

@@ -281,6 +281,51 @@ def test_alltoall_with_and_without_splits(hvd, comm, store, dtype):
     assert all(len(d) == len(digests) for d in every)
 
 
+
+class _Subclass(np.ndarray):
+    """An ndarray of another type: not the common call, so it takes the full path."""
+
+
+def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_the_full_path(hvd, comm):
+    """allgather, alltoall (even parts) and broadcast_ of a plain NumPy array in the global set
+    skip Python's checks (enqueue.plain_call); any other call must take the full path, and both
+    must give the same bits."""
+    import importlib
+
+    size, rank = hvd.size(), hvd.rank()
+    lanes = {c: importlib.import_module(f"horo.{c}") for c in ("allgather", "alltoall", "broadcast")}
+    x = data("plain", "float32", (2 * size, 3), rank)
+    # Each of these is refused by the lane without a collective (NotImplemented), on every rank alike.
+    others = {"strided": x[:, ::2], "0-d": x[0, 0].reshape(()), "a subclass": x.view(_Subclass),
+              "a list": x.tolist(), "a byte-swapped dtype": x.astype(">f4")}
+    for what, other in others.items():
+        assert lanes["allgather"]._plain(other, None, None) is NotImplemented, f"allgather took {what}"
+        assert lanes["broadcast"]._plain_in_place(other, None, None, 0) is NotImplemented, f"broadcast_ took {what}"
+    assert lanes["allgather"]._plain(x, 7, None) is NotImplemented, "a name not a str"
+    assert lanes["allgather"]._plain(x, None, hvd.global_process_set) is NotImplemented, "a process set"
+    assert lanes["broadcast"]._plain_in_place(x, None, None, 0.0) is NotImplemented, "a float root"
+    readonly = x.copy()
+    readonly.flags.writeable = False
+    assert lanes["broadcast"]._plain_in_place(readonly, None, None, 0) is NotImplemented, "a read-only array in place"
+    if size > 1:
+        assert lanes["alltoall"]._plain(x[:size + 1], None, None) is NotImplemented, "rows that do not divide"
+
+    expected = np.concatenate([data("plain", "float32", (2 * size, 3), r) for r in range(size)])
+    fast = lanes["allgather"]._plain(x, "plain.allgather", None)
+    assert fast is not NotImplemented, "the common allgather took the full path"
+    assert_same(fast, expected, "allgather, the core's lane")
+    assert_same(hvd.allgather(x.view(_Subclass), name="plain.allgather.full"), expected, "allgather, the full path")
+
+    full = hvd.alltoall(x.view(_Subclass), name="plain.alltoall.full")
+    fast = lanes["alltoall"]._plain(x, "plain.alltoall", None)
+    assert fast is not NotImplemented, "the common alltoall took the full path"
+    assert_same(fast, full, "alltoall, the core's lane against the full path")
+
+    root = size - 1
+    y = x.copy()
+    assert lanes["broadcast"]._plain_in_place(y, None, None, root) is y, "the common broadcast_ took the full path"
+    assert_same(y, data("plain", "float32", (2 * size, 3), root), "broadcast_, the core's lane")
+
 def test_alltoall_above_and_below_the_ring_threshold_and_async(hvd, comm, store):
     size, rank = hvd.size(), hvd.rank()
     pending = []
