@@ -2,7 +2,7 @@
 (anything with the buffer protocol or DLPack), with Horovod's signatures."""
 
 from horo import ops
-from horo.enqueue import checked_array, enqueue, enqueue_group, refusing, returning, tensor_name
+from horo.enqueue import checked_array, enqueue, enqueue_group, plain_call, refusing, returning, tensor_name
 from horo.handles import blocking, synchronize_all
 from horo.tensors import as_array, empty_like
 
@@ -35,8 +35,15 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     return _start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, False, True)
 
 
+_plain_in_place = plain_call("allreduce", in_place=True, default_op=ops.Average)
+
+
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across every rank in place and returns it."""
+    if average is None:  # the deprecated average= is the full path's to resolve
+        result = _plain_in_place(tensor, name, process_set, 0, op, prescale_factor, postscale_factor)
+        if result is not NotImplemented:
+            return result
     return _start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, True)
 
 

@@ -6,7 +6,7 @@ import functools
 import itertools
 import operator
 
-from horo import dtypes, process_sets
+from horo import dtypes, ops, process_sets
 from horo._native import _core
 from horo.handles import caller_waits, synchronize, track
 from horo.cuda_arrays import CudaBuffer
@@ -32,12 +32,14 @@ def tensor_name(name, collective, process_set=None, waits=False):
     return f"{collective}.noname{number}" + (f".set{set_id}" if set_id else "")
 
 
-def plain_call(collective, in_place=False):
-    """plain(tensor, name, process_set[, root]): the core's run of the common blocking call of
-    `collective`, a plain NumPy array in the global set (bindings.cc run_plain), without this
-    module's naming, checks and finish (1.3 us of a 4 KiB call). It returns the result, or
-    NotImplemented for any other call, which then takes the full path (whose checks name any problem)."""
-    return functools.partial(_core.run_plain, _CODES[collective], tensor_name(None, collective, None, True), in_place)
+def plain_call(collective, in_place=False, default_op=ops.Sum):
+    """plain(tensor, name, process_set[, root, op, prescale, postscale]): the core's run of the
+    common blocking call of `collective`, a plain NumPy array in the global set (bindings.cc
+    run_plain), without this module's naming, checks and finish (1.3 us of a 4 KiB call). It
+    returns the result, or NotImplemented for any other call, which then takes the full path (whose
+    checks name any problem). `default_op`: the op of a call that names none."""
+    return functools.partial(_core.run_plain, _CODES[collective], tensor_name(None, collective, None, True), in_place,
+                             default_op)
 
 
 def enqueue(collective, name, array, output, finish, op=1, prescale=1.0, postscale=1.0, root=0, splits=(),

@@ -2,7 +2,7 @@
 dimension (the first rows % size ranks get one row more, as in Horovod)."""
 
 from horo import ops, process_sets
-from horo.enqueue import checked_array, enqueue, enqueue_group, refusing, returning, tensor_name
+from horo.enqueue import checked_array, enqueue, enqueue_group, plain_call, refusing, returning, tensor_name
 from horo.handles import blocking, synchronize_all
 from horo.tensors import as_array, empty
 
@@ -30,7 +30,13 @@ def _enqueue(array, op, name, prescale_factor, postscale_factor, process_set, wa
                    process_set=process_set, waits=waits)
 
 
+_plain = plain_call("reducescatter", default_op=ops.Average)
+
+
 def reducescatter(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    result = _plain(tensor, name, process_set, 0, op, prescale_factor, postscale_factor)
+    if result is not NotImplemented:
+        return result
     return _start(tensor, op, name, prescale_factor, postscale_factor, process_set, True)
 
 

@@ -307,44 +307,50 @@ int plain_dtype_code(PyObject* descr) {
   return -1;
 }
 
-// The common blocking call, a plain NumPy array in the global set, recognised here: the call
-// Python's checks (horo/enqueue.py) would pass as it is, handed to the core in one crossing
-// of four arguments, without Python's naming, checking and finishing (1.3 us of a 4 KiB call).
-// Anything else returns NotImplemented, and the caller takes the full path, which names
-// any problem and tells the other ranks. Covers the collectives whose output is the core's
-// (allgather; alltoall in even parts) or the input itself (`in_place`: broadcast_).
-// `unnamed`: the name of an unnamed call (`name` None), from horo/enqueue.py's tensor_name().
-py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle tensor, py::handle name,
-                     py::handle process_set, py::handle root) {
+// The common blocking call, a plain NumPy array in the global set, recognised here: a call
+// Python's checks (horo/enqueue.py) would pass as it is, run without Python's naming, checking
+// and finishing (1.3 us of a 4 KiB call). Anything else returns NotImplemented, and the caller
+// takes the full path, which names any problem and tells the other ranks. Covers the
+// collectives whose output is the core's (allgather; alltoall in even parts; reducescatter) or
+// the input itself (`in_place`: allreduce_, broadcast_). From horo/enqueue.py's plain_call():
+// `unnamed`, the name of a call without one, and `default_op`, the op of a call without one.
+py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle default_op, py::handle tensor,
+                     py::handle name, py::handle process_set, py::handle root, py::handle op, py::handle prescale,
+                     py::handle postscale) {
   auto& numpy = py::detail::npy_api::get();
   const auto not_plain = [] { return py::reinterpret_borrow<py::object>(Py_NotImplemented); };
   if (name.is_none()) name = unnamed;
+  if (op.is_none()) op = default_op;
   if (Py_TYPE(tensor.ptr()) != numpy.PyArray_Type_ || !PyUnicode_CheckExact(name.ptr()) || !process_set.is_none() ||
-      !PyLong_CheckExact(root.ptr()) || !g_engine) {
+      !PyLong_CheckExact(root.ptr()) || !PyLong_CheckExact(op.ptr()) || !PyFloat_CheckExact(prescale.ptr()) ||
+      !PyFloat_CheckExact(postscale.ptr()) || !g_engine) {
     return not_plain();
   }
   const auto* array = py::detail::array_proxy(tensor.ptr());
   const int needs = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | (in_place ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0);
   const int dtype = plain_dtype_code(array->descr);
-  int overflow = 0;
-  const long root_rank = PyLong_AsLongAndOverflow(root.ptr(), &overflow);
+  int root_overflow = 0, op_overflow = 0;
+  const long root_rank = PyLong_AsLongAndOverflow(root.ptr(), &root_overflow);
+  const long op_code = PyLong_AsLongAndOverflow(op.ptr(), &op_overflow);
   const auto kind = static_cast<CollectiveType>(type);
   const bool covered = kind == CollectiveType::kAllgather || kind == CollectiveType::kAlltoall ||
-                       (kind == CollectiveType::kBroadcast && in_place);
-  if (!covered || (array->flags & needs) != needs || array->nd == 0 || dtype < 0 || overflow ||
-      root_rank != static_cast<int>(root_rank)) {
+                       kind == CollectiveType::kBroadcast || kind == CollectiveType::kReducescatter ||
+                       kind == CollectiveType::kAllreduce;
+  if (!covered || in_place != collective_output_like_input(kind) || (array->flags & needs) != needs ||
+      array->nd == 0 || dtype < 0 || root_overflow || op_overflow || root_rank != static_cast<int>(root_rank) ||
+      op_code != static_cast<int>(op_code) || !op_valid(static_cast<int>(op_code))) {
     return not_plain();
   }
   std::vector<int64_t> shape(array->dimensions, array->dimensions + array->nd);
   std::vector<int64_t> splits;
-  if (kind == CollectiveType::kAlltoall) {  // even parts, as Horovod's default; rows that do not divide are refused
+  if (kind == CollectiveType::kAlltoall) {  // even parts, Horovod's default (rows that do not divide: the full path)
     if (shape[0] % g_info.size != 0) return not_plain();
     splits.assign(g_info.size, shape[0] / g_info.size);
   }
   const uintptr_t data = reinterpret_cast<uintptr_t>(array->data);
   TensorEntry entry = describe(type, name.cast<std::string>(), data, in_place ? data : 0, dtype, std::move(shape),
-                               static_cast<int>(ReduceOp::kSum), 1.0, 1.0, static_cast<int>(root_rank),
-                               std::move(splits), 0);
+                               static_cast<int>(op_code), PyFloat_AS_DOUBLE(prescale.ptr()),
+                               PyFloat_AS_DOUBLE(postscale.ptr()), static_cast<int>(root_rank), std::move(splits), 0);
   const HandleTable::Result result = run_entry(std::move(entry), tensor, py::none());
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (in_place) return py::reinterpret_borrow<py::object>(tensor);
@@ -445,8 +451,9 @@ PYBIND11_MODULE(_core, m) {
         "enqueue() and wait() of a collective on C-contiguous NumPy arrays in one call (a blocking collective; "
         "output None: the core allocates it); returns what wait() returns. Should a signal end the wait early, "
         "the arrays are held until the collective completes.");
-  m.def("run_plain", &run_plain, py::arg("type"), py::arg("unnamed"), py::arg("in_place"), py::arg("tensor"),
-        py::arg("name"), py::arg("process_set"), py::arg("root") = 0,
+  m.def("run_plain", &run_plain, py::arg("type"), py::arg("unnamed"), py::arg("in_place"), py::arg("default_op"),
+        py::arg("tensor"), py::arg("name"), py::arg("process_set"), py::arg("root") = 0, py::arg("op") = py::none(),
+        py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
         "run() of the common blocking call, a plain NumPy array in the global set, without Python's checks: "
         "the result (the tensor itself when in_place), or NotImplemented for any other call, which then takes "
         "the full path.");

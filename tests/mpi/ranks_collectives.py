@@ -287,13 +287,13 @@ class _Subclass(np.ndarray):
 
 
 def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_the_full_path(hvd, comm):
-    """allgather, alltoall (even parts) and broadcast_ of a plain NumPy array in the global set
-    skip Python's checks (enqueue.plain_call); any other call must take the full path, and both
-    must give the same bits."""
+    """allgather, alltoall (even parts), reducescatter, allreduce_ and broadcast_ of a plain NumPy
+    array in the global set skip Python's checks (enqueue.plain_call); any other call must take
+    the full path, and both must give the same bits."""
     import importlib
 
     size, rank = hvd.size(), hvd.rank()
-    lanes = {c: importlib.import_module(f"horo.{c}") for c in ("allgather", "alltoall", "broadcast")}
+    lanes = {c: importlib.import_module(f"horo.{c}") for c in ("allgather", "alltoall", "broadcast", "reducescatter", "allreduce")}
     x = data("plain", "float32", (2 * size, 3), rank)
     # Each of these is refused by the lane without a collective (NotImplemented), on every rank alike.
     others = {"strided": x[:, ::2], "0-d": x[0, 0].reshape(()), "a subclass": x.view(_Subclass),
@@ -304,6 +304,10 @@ def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_t
     assert lanes["allgather"]._plain(x, 7, None) is NotImplemented, "a name not a str"
     assert lanes["allgather"]._plain(x, None, hvd.global_process_set) is NotImplemented, "a process set"
     assert lanes["broadcast"]._plain_in_place(x, None, None, 0.0) is NotImplemented, "a float root"
+    for what, args in {"Adasum": (hvd.Adasum,), "a float op": (1.0,), "an int prescale": (hvd.Sum, 2),
+                       "a str postscale": (hvd.Sum, 1.0, "2")}.items():
+        assert lanes["reducescatter"]._plain(x, None, None, 0, *args) is NotImplemented, f"reducescatter took {what}"
+        assert lanes["allreduce"]._plain_in_place(x, None, None, 0, *args) is NotImplemented, f"allreduce_ took {what}"
     readonly = x.copy()
     readonly.flags.writeable = False
     assert lanes["broadcast"]._plain_in_place(readonly, None, None, 0) is NotImplemented, "a read-only array in place"
@@ -316,10 +320,22 @@ def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_t
     assert_same(fast, expected, "allgather, the core's lane")
     assert_same(hvd.allgather(x.view(_Subclass), name="plain.allgather.full"), expected, "allgather, the full path")
 
-    full = hvd.alltoall(x.view(_Subclass), name="plain.alltoall.full")
-    fast = lanes["alltoall"]._plain(x, "plain.alltoall", None)
-    assert fast is not NotImplemented, "the common alltoall took the full path"
-    assert_same(fast, full, "alltoall, the core's lane against the full path")
+    cases = {  # (the lane, the full path through the public function)
+        "alltoall": (lambda a: lanes["alltoall"]._plain(a, "plain.lane", None),
+                     lambda a: hvd.alltoall(a, name="plain.full")),
+        "reducescatter": (lambda a: lanes["reducescatter"]._plain(a, "plain.lane", None),
+                          lambda a: hvd.reducescatter(a, name="plain.full")),
+        "reducescatter, Sum, scaled": (lambda a: lanes["reducescatter"]._plain(a, "plain.lane", None, 0, hvd.Sum, 0.5, 3.0),
+                                       lambda a: hvd.reducescatter(a, hvd.Sum, "plain.full", 0.5, 3.0)),
+        "allreduce_, Max": (lambda a: lanes["allreduce"]._plain_in_place(a, "plain.lane", None, 0, hvd.Max),
+                            lambda a: hvd.allreduce_(a, op=hvd.Max, name="plain.full")),
+    }
+    for what, (lane, full) in cases.items():
+        mine = x.copy()
+        fast = lane(mine)
+        assert fast is not NotImplemented, f"the common {what} took the full path"
+        assert_same(np.asarray(fast), np.asarray(full(x.copy().view(_Subclass))), f"{what}: the core's lane against the full path")
+        assert not what.startswith("allreduce_") or fast is mine, f"{what}: in place, the array given comes back"
 
     root = size - 1
     y = x.copy()
