@@ -1,6 +1,8 @@
 """allreduce and its in-place, async and grouped variants on NumPy arrays
 (anything with the buffer protocol or DLPack), with Horovod's signatures."""
 
+import numpy as np
+
 from horo import ops
 from horo.enqueue import checked_array, enqueue, enqueue_group, plain_call, refusing, returning, tensor_name
 from horo.handles import blocking, synchronize_all
@@ -30,17 +32,22 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, False)
 
 
+_plain = plain_call("allreduce", default_op=ops.Average)
+_plain_in_place = plain_call("allreduce", in_place=True, default_op=ops.Average)
+
+
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across every rank (Average by default) into a new array."""
+    if average is None and type(tensor) is np.ndarray:  # the deprecated average= is the full path's to resolve
+        result = _plain(tensor, name, process_set, 0, op, prescale_factor, postscale_factor, empty_like(tensor))
+        if result is not NotImplemented:
+            return result
     return _start(tensor, average, name, op, prescale_factor, postscale_factor, process_set, False, True)
-
-
-_plain_in_place = plain_call("allreduce", in_place=True, default_op=ops.Average)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across every rank in place and returns it."""
-    if average is None:  # the deprecated average= is the full path's to resolve
+    if average is None:
         result = _plain_in_place(tensor, name, process_set, 0, op, prescale_factor, postscale_factor)
         if result is not NotImplemented:
             return result

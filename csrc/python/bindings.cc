@@ -311,12 +311,13 @@ int plain_dtype_code(PyObject* descr) {
 // Python's checks (horo/enqueue.py) would pass as it is, run without Python's naming, checking
 // and finishing (1.3 us of a 4 KiB call). Anything else returns NotImplemented, and the caller
 // takes the full path, which names any problem and tells the other ranks. Covers the
-// collectives whose output is the core's (allgather; alltoall in even parts; reducescatter) or
-// the input itself (`in_place`: allreduce_, broadcast_). From horo/enqueue.py's plain_call():
-// `unnamed`, the name of a call without one, and `default_op`, the op of a call without one.
+// collectives whose output is the core's (allgather; alltoall in even parts; reducescatter),
+// the input itself (`in_place`: allreduce_, broadcast_) or `output`, an array the caller made
+// like the input (allreduce, broadcast). From horo/enqueue.py's plain_call(): `unnamed`, the
+// name of a call without one, and `default_op`, the op of a call without one.
 py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle default_op, py::handle tensor,
                      py::handle name, py::handle process_set, py::handle root, py::handle op, py::handle prescale,
-                     py::handle postscale) {
+                     py::handle postscale, py::handle output) {
   auto& numpy = py::detail::npy_api::get();
   const auto not_plain = [] { return py::reinterpret_borrow<py::object>(Py_NotImplemented); };
   if (name.is_none()) name = unnamed;
@@ -336,9 +337,19 @@ py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle def
   const bool covered = kind == CollectiveType::kAllgather || kind == CollectiveType::kAlltoall ||
                        kind == CollectiveType::kBroadcast || kind == CollectiveType::kReducescatter ||
                        kind == CollectiveType::kAllreduce;
-  if (!covered || in_place != collective_output_like_input(kind) || (array->flags & needs) != needs ||
+  if (!covered || (in_place && !collective_output_like_input(kind)) || (array->flags & needs) != needs ||
       array->nd == 0 || dtype < 0 || root_overflow || op_overflow || root_rank != static_cast<int>(root_rank) ||
       op_code != static_cast<int>(op_code) || !op_valid(static_cast<int>(op_code))) {
+    return not_plain();
+  }
+  // An output the caller made: exactly the input's kind of array (its dtype object, shape), writable.
+  const bool output_given = !output.is_none();
+  const auto* made = output_given ? py::detail::array_proxy(output.ptr()) : nullptr;
+  const int writable = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  if (output_given != (collective_output_like_input(kind) && !in_place) ||
+      (output_given && (Py_TYPE(output.ptr()) != numpy.PyArray_Type_ || made->descr != array->descr ||
+                        made->nd != array->nd || (made->flags & writable) != writable ||
+                        !std::equal(array->dimensions, array->dimensions + array->nd, made->dimensions)))) {
     return not_plain();
   }
   std::vector<int64_t> shape(array->dimensions, array->dimensions + array->nd);
@@ -348,12 +359,14 @@ py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle def
     splits.assign(g_info.size, shape[0] / g_info.size);
   }
   const uintptr_t data = reinterpret_cast<uintptr_t>(array->data);
-  TensorEntry entry = describe(type, name.cast<std::string>(), data, in_place ? data : 0, dtype, std::move(shape),
+  const uintptr_t target = in_place ? data : output_given ? reinterpret_cast<uintptr_t>(made->data) : 0;
+  TensorEntry entry = describe(type, name.cast<std::string>(), data, target, dtype, std::move(shape),
                                static_cast<int>(op_code), PyFloat_AS_DOUBLE(prescale.ptr()),
                                PyFloat_AS_DOUBLE(postscale.ptr()), static_cast<int>(root_rank), std::move(splits), 0);
-  const HandleTable::Result result = run_entry(std::move(entry), tensor, py::none());
+  const HandleTable::Result result = run_entry(std::move(entry), tensor, output);
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (in_place) return py::reinterpret_borrow<py::object>(tensor);
+  if (output_given) return py::reinterpret_borrow<py::object>(output);
   py::dtype input_dtype = py::reinterpret_borrow<py::dtype>(reinterpret_cast<PyObject*>(array->descr));
   return host_array(result.allocated, &input_dtype);
 }
@@ -453,10 +466,10 @@ PYBIND11_MODULE(_core, m) {
         "the arrays are held until the collective completes.");
   m.def("run_plain", &run_plain, py::arg("type"), py::arg("unnamed"), py::arg("in_place"), py::arg("default_op"),
         py::arg("tensor"), py::arg("name"), py::arg("process_set"), py::arg("root") = 0, py::arg("op") = py::none(),
-        py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+        py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("output") = py::none(),
         "run() of the common blocking call, a plain NumPy array in the global set, without Python's checks: "
-        "the result (the tensor itself when in_place), or NotImplemented for any other call, which then takes "
-        "the full path.");
+        "the result (the tensor itself when in_place, `output` when given), or NotImplemented for any other "
+        "call, which then takes the full path.");
   m.def(
       "recognise_dtypes",
       [](py::dict codes) {

@@ -286,15 +286,18 @@ class _Subclass(np.ndarray):
     """An ndarray of another type: not the common call, so it takes the full path."""
 
 
-def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_the_full_path(hvd, comm):
-    """allgather, alltoall (even parts), reducescatter, allreduce_ and broadcast_ of a plain NumPy
-    array in the global set skip Python's checks (enqueue.plain_call); any other call must take
-    the full path, and both must give the same bits."""
+def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_the_full_path(hvd, comm, monkeypatch):
+    """allgather, alltoall (even parts), reducescatter, allreduce(_) and broadcast(_) of a plain
+    NumPy array in the global set skip Python's checks (enqueue.plain_call); any other call must
+    take the full path, and both must give the same bits."""
     import importlib
+
+    from horo.tensors import empty_like
 
     size, rank = hvd.size(), hvd.rank()
     lanes = {c: importlib.import_module(f"horo.{c}") for c in ("allgather", "alltoall", "broadcast", "reducescatter", "allreduce")}
     x = data("plain", "float32", (2 * size, 3), rank)
+    big = data("plain.big", "float64", (size, 8192 + 1), rank)  # an output from 64 KiB up is the core's (empty_like)
     # Each of these is refused by the lane without a collective (NotImplemented), on every rank alike.
     others = {"strided": x[:, ::2], "0-d": x[0, 0].reshape(()), "a subclass": x.view(_Subclass),
               "a list": x.tolist(), "a byte-swapped dtype": x.astype(">f4")}
@@ -311,6 +314,13 @@ def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_t
     readonly = x.copy()
     readonly.flags.writeable = False
     assert lanes["broadcast"]._plain_in_place(readonly, None, None, 0) is NotImplemented, "a read-only array in place"
+    outputs = {"none": None, "read-only": readonly, "another shape": x[:1].copy(), "another dtype": x.astype(np.float64),
+               "a subclass": x.copy().view(_Subclass), "Fortran order": np.asfortranarray(np.ones((2 * size, 3), np.float32))}
+    for what, output in outputs.items():
+        for collective in ("allreduce", "broadcast"):
+            lane = lanes[collective]._plain(x, None, None, 0, None, 1.0, 1.0, output)
+            assert lane is NotImplemented, f"{collective} took {what} as its output"
+    assert lanes["allgather"]._plain(x, None, None, 0, None, 1.0, 1.0, x.copy()) is NotImplemented, "an allgather output"
     if size > 1:
         assert lanes["alltoall"]._plain(x[:size + 1], None, None) is NotImplemented, "rows that do not divide"
 
@@ -329,6 +339,14 @@ def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_t
                                        lambda a: hvd.reducescatter(a, hvd.Sum, "plain.full", 0.5, 3.0)),
         "allreduce_, Max": (lambda a: lanes["allreduce"]._plain_in_place(a, "plain.lane", None, 0, hvd.Max),
                             lambda a: hvd.allreduce_(a, op=hvd.Max, name="plain.full")),
+        "allreduce, Sum, 64 KiB": (lambda a: lanes["allreduce"]._plain(big, "plain.lane", None, 0, hvd.Sum, 1.0, 1.0,
+                                                                       empty_like(big)),
+                                   lambda a: hvd.allreduce(big.view(_Subclass), op=hvd.Sum, name="plain.full")),
+        "broadcast": (lambda a: lanes["broadcast"]._plain(a, "plain.lane", None, size - 1, None, 1.0, 1.0, np.empty_like(a)),
+                      lambda a: hvd.broadcast(a, size - 1, name="plain.full")),
+        "broadcast, 64 KiB": (lambda a: lanes["broadcast"]._plain(big, "plain.lane", None, 0, None, 1.0, 1.0,
+                                                                  empty_like(big)),
+                              lambda a: hvd.broadcast(big.view(_Subclass), 0, name="plain.full")),
     }
     for what, (lane, full) in cases.items():
         mine = x.copy()
@@ -341,6 +359,18 @@ def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_t
     y = x.copy()
     assert lanes["broadcast"]._plain_in_place(y, None, None, root) is y, "the common broadcast_ took the full path"
     assert_same(y, data("plain", "float32", (2 * size, 3), root), "broadcast_, the core's lane")
+
+    # The public functions take the lane for a plain array: none enters its module's full path.
+    def full_path(*args):
+        raise AssertionError(f"the full path was taken: _start{args[:1]}...")
+
+    for module in lanes.values():
+        monkeypatch.setattr(module, "_start", full_path)
+    for call in (lambda: hvd.allgather(x), lambda: hvd.alltoall(x), lambda: hvd.reducescatter(x),
+                 lambda: hvd.reducescatter(x, op=hvd.Sum, prescale_factor=2.0), lambda: hvd.allreduce(x),
+                 lambda: hvd.allreduce(big, op=hvd.Min), lambda: hvd.allreduce_(x.copy(), name="in place"),
+                 lambda: hvd.broadcast(x, root), lambda: hvd.broadcast(big, 0), lambda: hvd.broadcast_(x.copy(), 0)):
+        call()
 
 def test_alltoall_above_and_below_the_ring_threshold_and_async(hvd, comm, store):
     size, rank = hvd.size(), hvd.rank()
