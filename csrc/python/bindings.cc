@@ -328,7 +328,8 @@ py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle def
     return not_plain();
   }
   const auto* array = py::detail::array_proxy(tensor.ptr());
-  const int needs = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | (in_place ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0);
+  using npy = py::detail::npy_api;
+  const int needs = npy::NPY_ARRAY_C_CONTIGUOUS_ | (in_place ? npy::NPY_ARRAY_WRITEABLE_ : 0);
   const int dtype = plain_dtype_code(array->descr);
   int root_overflow = 0, op_overflow = 0;
   const long root_rank = PyLong_AsLongAndOverflow(root.ptr(), &root_overflow);
@@ -345,7 +346,7 @@ py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle def
   // An output the caller made: exactly the input's kind of array (its dtype object, shape), writable.
   const bool output_given = !output.is_none();
   const auto* made = output_given ? py::detail::array_proxy(output.ptr()) : nullptr;
-  const int writable = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  const int writable = npy::NPY_ARRAY_C_CONTIGUOUS_ | npy::NPY_ARRAY_WRITEABLE_;
   if (output_given != (collective_output_like_input(kind) && !in_place) ||
       (output_given && (Py_TYPE(output.ptr()) != numpy.PyArray_Type_ || made->descr != array->descr ||
                         made->nd != array->nd || (made->flags & writable) != writable ||
@@ -474,7 +475,9 @@ PYBIND11_MODULE(_core, m) {
       "recognise_dtypes",
       [](py::dict codes) {
         g_plain_dtypes->clear();
-        for (auto [dtype, code] : codes) g_plain_dtypes->emplace_back(py::reinterpret_borrow<py::object>(dtype), code.cast<int>());
+        for (auto [dtype, code] : codes) {
+          g_plain_dtypes->emplace_back(py::reinterpret_borrow<py::object>(dtype), code.cast<int>());
+        }
       },
       py::arg("codes"), "The NumPy dtypes run_plain() takes (dtype -> code), from horo/dtypes.py.");
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
