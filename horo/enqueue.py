@@ -37,7 +37,8 @@ def plain_call(collective, in_place=False, default_op=ops.Sum):
     common blocking call of `collective`, a plain NumPy array in the global set (bindings.cc
     run_plain), without this module's naming, checks and finish (1.3 us of a 4 KiB call). It
     returns the result, or NotImplemented for any other call, which then takes the full path (whose
-    checks name any problem). `default_op`: the op of a call that names none."""
+    checks name any problem). `default_op`: the op of a call that names none, the one the full path
+    passes (ops.resolve's default, or enqueue's), since ranks on either path meet in one collective."""
     return functools.partial(_core.run_plain, _CODES[collective], tensor_name(None, collective, None, True), in_place,
                              default_op)
 

@@ -372,6 +372,35 @@ def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_t
                  lambda: hvd.broadcast(x, root), lambda: hvd.broadcast(big, 0), lambda: hvd.broadcast_(x.copy(), 0)):
         call()
 
+
+def test_ranks_on_the_lane_and_ranks_on_the_full_path_meet_in_one_collective(hvd):
+    """Each rank decides alone whether its call is plain: odd ranks pass an ndarray subclass (the
+    full path), even ranks a plain array (the core's lane). Both must describe the same collective
+    (name, op, root, scales), or the coordinator would find them mismatched."""
+    size, rank = hvd.size(), hvd.rank()
+    inputs = [data("mixed", "float32", (2 * size, 3), r) for r in range(size)]
+    mine = inputs[rank].copy()
+    mine = mine.view(_Subclass) if rank % 2 else mine
+    total = np.sum(inputs, axis=0, dtype=np.float32) if size <= 2 else None
+    assert_same(np.asarray(hvd.allgather(mine)), np.concatenate(inputs), "allgather, mixed paths")
+    assert_same(np.asarray(hvd.broadcast(mine, size - 1)), inputs[size - 1], "broadcast, mixed paths")
+    assert_same(np.asarray(hvd.broadcast_(mine.copy(), 0)), inputs[0], "broadcast_, mixed paths")
+    alltoall = np.asarray(hvd.alltoall(mine))
+    assert_same(alltoall, np.concatenate([inputs[r][2 * rank:2 * rank + 2] for r in range(size)]), "alltoall, mixed paths")
+    for name, call in (("allreduce", lambda: hvd.allreduce(mine, op=hvd.Max)),
+                       ("allreduce_", lambda: hvd.allreduce_(mine.copy(), op=hvd.Max)),
+                       ("reducescatter", lambda: hvd.reducescatter(mine, op=hvd.Max))):
+        expected = np.max(inputs, axis=0)  # Max: exact in any order
+        if name == "reducescatter":
+            expected = expected[2 * rank:2 * rank + 2]
+        assert_same(np.asarray(call()), expected, f"{name}, mixed paths")
+    # The default op (Average) of both paths, where NumPy's float32 mean is exact in any order (two ranks).
+    if total is not None:
+        average = np.asarray(total / np.float32(size))
+        assert_same(np.asarray(hvd.allreduce(mine)), average, "allreduce, default op, mixed paths")
+        assert_same(np.asarray(hvd.reducescatter(mine)), average[2 * rank:2 * rank + 2], "reducescatter, default op, mixed paths")
+
+
 def test_alltoall_above_and_below_the_ring_threshold_and_async(hvd, comm, store):
     size, rank = hvd.size(), hvd.rank()
     pending = []
