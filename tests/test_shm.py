@@ -81,7 +81,7 @@ def test_two_jobs_on_one_host_do_not_interfere(ranks):
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
 @pytest.mark.parametrize("np_", [1, 2])
-def test_a_small_collective_allocates_almost_nothing(ranks, tmp_path, np_):
+def test_a_small_collective_allocates_nothing(ranks, tmp_path, np_):
     # Every malloc of the rank (any thread) is counted by a preloaded counter.
     counter = tmp_path / "malloc_counter.so"
     compiler = shutil.which("cc") or shutil.which("gcc")  # the core's build needs one too
@@ -89,7 +89,7 @@ def test_a_small_collective_allocates_almost_nothing(ranks, tmp_path, np_):
     subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(counter), str(REPO_ROOT / "tests" / "malloc_counter.c"),
                     "-ldl"], check=True)
     ranks(np_, "ranks_shm.py", env={"LD_PRELOAD": str(counter)}, timeout=LAUNCH_TIMEOUT,
-          select="allocates_almost_nothing")
+          select="allocates_nothing")
 
 
 @pytest.mark.timeout(90)

@@ -75,12 +75,16 @@ Controller::Controller(Transport& transport, const Tunables& tunables, std::vect
     : transport_(transport), tunables_(tunables), members_(std::move(members)), cache_(tunables.cache_capacity),
       last_stall_check_(Clock::now()) {}
 
-Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool shutdown_requested,
-                                        FunctionRef<const void*(const Request&)> input_of) {
+const Controller::Cycle& Controller::run_cycle(const std::vector<Request>& new_requests, bool shutdown_requested,
+                                               FunctionRef<const void*(const Request&)> input_of) {
   const auto now = Clock::now();
-  for (auto& q : new_requests) {
+  for (const Request& q : new_requests) {
     joined_ |= q.type == CollectiveType::kJoin;
-    pending_.push_back(Pending{std::move(q), now});
+    Pending& p = pending_pool_.append(pending_);  // a kept one: every field is set
+    p.request = q;  // into the kept request's buffers
+    p.since = now;
+    p.cache_bit = -1;
+    p.sent = false;
   }
 
   // Classify what this rank holds against the (identical) caches.
@@ -149,7 +153,8 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
 
   transport_.allreduce_bitand(words);
 
-  Cycle cycle;
+  Cycle& cycle = cycle_;
+  response_pool_.clear(cycle.responses);
   cycle.shutdown = !(words[0] & kFlagNotShuttingDown);
 
   // Evictions first (some rank saw a different signature or a stall), so
@@ -168,7 +173,7 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
   ran.assign(pending_.size(), false);
   auto ready_and_valid = [&](size_t w) { return all_joined ? 0 : words[ready_at + w] & words[valid_at + w]; };
   for_each_set_bit(nwords, ready_and_valid, [&](int bit) {
-    cycle.responses.push_back(cache_.get(bit));
+    response_pool_.append(cycle.responses) = cache_.get(bit);
     cycle.responses.back().preloaded = preloads && test_bit(words, preloaded_at, bit);
     cache_.touch(bit);
     for (size_t i = 0; i < pending_.size(); ++i) {
@@ -205,7 +210,7 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
         ran[i] = true;
         break;
       }
-      cycle.responses.push_back(std::move(response));
+      response_pool_.append(cycle.responses) = std::move(response);
     }
   } else if (transport_.rank() == 0) {
     inspect_stalls(nullptr);  // warnings only; errors need a negotiation round
@@ -214,10 +219,10 @@ Controller::Cycle Controller::run_cycle(std::vector<Request>& new_requests, bool
   size_t keep = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     if (ran[i]) continue;
-    if (keep != i) pending_[keep] = std::move(pending_[i]);  // self-move would empty the strings
+    if (keep != i) std::swap(pending_[keep], pending_[i]);  // swapped: both keep their buffers
     ++keep;
   }
-  pending_.resize(keep);
+  pending_pool_.truncate(pending_, keep);
   return cycle;
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/element_pool.h"
 #include "common/function_ref.h"
 #include "common/tunables.h"
 #include "engine/response_cache.h"
@@ -36,10 +37,12 @@ class Controller {
     std::vector<Response> responses;  // identical on every rank, in execution order
     bool shutdown = false;            // some rank asked to shut down
   };
-  // Collective: every rank must call it once per cycle. Takes (moves out) `new_requests`' elements.
+  // Collective: every rank must call it once per cycle. Copies `new_requests`' elements.
   // `input_of`: the buffer of this rank's in-flight tensor for a request (nullptr: none).
-  Cycle run_cycle(std::vector<Request>& new_requests, bool shutdown_requested,
-                  FunctionRef<const void*(const Request&)> input_of);
+  // The cycle is this controller's, valid until its next run_cycle(): its
+  // lists are refilled by assignment, so a cycle like the last allocates nothing.
+  const Cycle& run_cycle(const std::vector<Request>& new_requests, bool shutdown_requested,
+                         FunctionRef<const void*(const Request&)> input_of);
 
   // Local requests still waiting for other ranks.
   bool has_pending() const { return !pending_.empty(); }
@@ -83,6 +86,9 @@ class Controller {
   const std::vector<int> members_;
   ResponseCache cache_;
   std::vector<Pending> pending_;
+  ElementPool<Pending> pending_pool_;
+  Cycle cycle_;
+  ElementPool<Response> response_pool_;
   // run_cycle()'s cache bits and which pending requests ran, kept for their capacity.
   std::vector<uint64_t> words_;
   std::vector<bool> ran_;

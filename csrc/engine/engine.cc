@@ -62,7 +62,7 @@ void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<i
 
 Engine::~Engine() { shutdown(); }
 
-int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete, bool caller_waits) {
+int Engine::enqueue(TensorEntry&& entry, HandleTable::Callback on_complete, bool caller_waits) {
   if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
   // GPU work stays on the background thread (device guards would make any thread
   // work, but that path has not run on a GPU yet): no caller runs cycles from here on.
@@ -83,7 +83,7 @@ int Engine::enqueue(TensorEntry entry, HandleTable::Callback on_complete, bool c
   if (timeline_.recording()) entry.enqueued_at = Timeline::Clock::now();
   const int handle = entry.handle;
   try {
-    queue_.push(std::move(entry), !(caller_waits && callers_may_run_ && !on_complete));
+    queue_.push(entry, !(caller_waits && callers_may_run_ && !on_complete));
   } catch (const Error&) {
     // A name still taken on this rank: the call never happened, here or at the
     // coordinator (taken names depend on this rank's program alone, so a
@@ -223,13 +223,13 @@ bool Engine::run_pass() {
   const int64_t cycle_start = timeline_.activity_start();
   // Route new requests to their set; a set this rank is not in fails at once.
   // (Members reused pass after pass: a small collective's cycle allocates nothing here.)
-  for (auto& kv : arrived_) kv.second.clear();
+  for (auto& kv : arrived_) arrived_pool_.clear(kv.second);
   queue_.take_new_requests(&requests_, &enqueued_at_);
   for (size_t i = 0; i < requests_.size(); ++i) {
     Request& q = requests_[i];
     if (sets_.count(q.process_set)) {
       timeline_.negotiation_started(q.process_set, q, enqueued_at_[i], cycle_start);
-      arrived_[q.process_set].push_back(std::move(q));
+      arrived_pool_.append(arrived_[q.process_set]) = q;  // q stays whole: the queue reuses it
       continue;
     }
     TensorEntry e;
@@ -246,12 +246,14 @@ bool Engine::run_pass() {
     if (!sets_.count(id)) continue;  // removed earlier in this pass
     const bool global = id == 0;
     auto input_of = [this](const Request& q) { return queue_.input_of(q.process_set, q.name); };
-    Controller::Cycle cycle = sets_[id].controller->run_cycle(arrived_[id], global && shutdown_requested_, input_of);
+    const Controller::Cycle& cycle =
+        sets_[id].controller->run_cycle(arrived_[id], global && shutdown_requested_, input_of);
     progressed |= !cycle.responses.empty();
     responses += cycle.responses.size();
     timeline_.cycle_finished(id, cycle.responses);
-    execute(id, std::move(cycle.responses));
-    stop_ |= global && cycle.shutdown;
+    const bool shutdown = cycle.shutdown;
+    execute(id, cycle.responses);  // may remove sets: `cycle` is read before
+    stop_ |= global && shutdown;
   }
   if (progressed) timeline_.mark_cycle(cycle_start, static_cast<int64_t>(responses));
   timeline_.flush();
@@ -325,30 +327,33 @@ std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
   return out;
 }
 
-void Engine::execute(int set_id, std::vector<Response> responses) {
+void Engine::execute(int set_id, const std::vector<Response>& responses) {
   if (responses.empty()) return;
   ProcessSet& set = sets_.at(set_id);
-  for (auto& group : plan_fusion(std::move(responses), static_cast<size_t>(tunables_.fusion_threshold_bytes),
-                                   static_cast<size_t>(tunables_.fusion_max_tensor_bytes))) {
-    std::vector<TensorEntry>& entries = entries_;  // kept for its capacity
-    entries.clear();
+  plan_fusion(responses, static_cast<size_t>(tunables_.fusion_threshold_bytes),
+              static_cast<size_t>(tunables_.fusion_max_tensor_bytes), &groups_);
+  for (const std::vector<Response>& group : groups_) {
+    std::vector<TensorEntry>& entries = entries_;  // kept, entries and all: take() swaps them into the queue
+    entry_pool_.clear(entries);
     std::vector<std::vector<char>> stand_ins;  // a joined rank's identity contributions
     for (const Response& r : group) {
-      TensorEntry e;
       if (r.kind == Response::Kind::kError && refused_here(r, set.transport->rank())) {
         continue;  // this rank refused it at submission: a namesake in flight now is a later tensor
       }
-      if (queue_.take(set_id, r.request.name, &e)) {
-        entries.push_back(std::move(e));
-      } else if (r.kind == Response::Kind::kExecute && r.request.type == CollectiveType::kAllreduce &&
-                 set.controller->joined()) {
+      TensorEntry& e = entry_pool_.append(entries);
+      if (queue_.take(set_id, r.request.name, &e)) continue;
+      if (r.kind == Response::Kind::kExecute && r.request.type == CollectiveType::kAllreduce &&
+          set.controller->joined()) {
+        reset_for_reuse(e);
         e.request = r.request;
         const size_t count = static_cast<size_t>(r.request.num_elements());
         stand_ins.emplace_back(count * dtype_size(r.request.dtype));
         fill_identity(r.request.dtype, r.request.op, stand_ins.back().data(), count);
         e.input = e.output = stand_ins.back().data();
-        entries.push_back(std::move(e));
-      } else if (r.kind == Response::Kind::kExecute) {
+        continue;
+      }
+      entry_pool_.truncate(entries, entries.size() - 1);
+      if (r.kind == Response::Kind::kExecute) {
         // Cannot happen while ranks agree; refusing beats joining a collective without a buffer.
         throw Error("response for '" + r.request.name + "' has no local tensor");
       }
@@ -392,7 +397,10 @@ void Engine::execute(int set_id, std::vector<Response> responses) {
       error = std::string(collective_name(agreed.type)) + " '" + agreed.name + "' failed: " + e.what();
     }
     timeline_.group_finished(!error.empty());
-    for (auto& e : entries) handles_.complete(e.handle, error, std::move(e.allocated));
+    for (auto& e : entries) {
+      handles_.complete(e.handle, error, std::move(e.allocated));
+      e.ready = nullptr;  // a CUDA event goes with its last reference; the entry is kept for its buffers
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "common/element_pool.h"
 #include "common/tunables.h"
 #include "engine/executor.h"
 #include "engine/controller.h"
@@ -38,8 +39,9 @@ class Engine {
   // `caller_waits`: the caller waits for the handle right away (a blocking
   // collective), so where callers run cycles (help()) the background thread is
   // not woken for it: on a host with a rank per core, that wake-up takes the
-  // core a rank's caller runs on.
-  int enqueue(TensorEntry entry, HandleTable::Callback on_complete = nullptr, bool caller_waits = false);
+  // core a rank's caller runs on. The entry is swapped into the queue: it comes
+  // back holding a finished entry's buffers, which a caller may reuse (reset_for_reuse()).
+  int enqueue(TensorEntry&& entry, HandleTable::Callback on_complete = nullptr, bool caller_waits = false);
   // Tells the other ranks this rank refused a tensor at submission (bad
   // argument, duplicate name), so their namesakes fail instead of waiting.
   void reject(Request request, const std::string& why);
@@ -84,7 +86,7 @@ class Engine {
   bool run_pass();
   bool any_pending() const;
   void add_set(int id, std::unique_ptr<Transport> transport, std::vector<int> members);
-  void execute(int set_id, std::vector<Response> responses);
+  void execute(int set_id, const std::vector<Response>& responses);
   // Process-set changes, agreed on the global set like any collective.
   std::shared_ptr<AllocatedOutput> change_sets(const Request& agreed);
   void fail(std::vector<TensorEntry> entries, const std::string& why);
@@ -98,11 +100,16 @@ class Engine {
   // Cycle state: touched only under cycle_mutex_ (by the background thread or a helping caller).
   std::timed_mutex cycle_mutex_;
   std::map<int, ProcessSet> sets_;
-  std::vector<Request> requests_;  // run_pass()'s scratch, kept for its capacity
+  // run_pass()'s and execute()'s scratch, kept with what it held (ElementPool):
+  // a pass of the common small collective allocates nothing.
+  std::vector<Request> requests_;
   std::vector<Timeline::Clock::time_point> enqueued_at_;
   std::map<int, std::vector<Request>> arrived_;  // set id -> this pass's new requests
+  ElementPool<Request> arrived_pool_;
   std::vector<int> set_ids_;
-  std::vector<TensorEntry> entries_;  // execute()'s group, likewise
+  std::vector<std::vector<Response>> groups_;  // plan_fusion()'s
+  std::vector<TensorEntry> entries_;           // a group's
+  ElementPool<TensorEntry> entry_pool_;
   bool stop_ = false;                   // a cycle agreed to shut down
   std::exception_ptr helper_failure_;   // a helping caller's cycle threw: the loop rethrows it
   // Callers may run cycles: the global transport watches its peers, and no GPU

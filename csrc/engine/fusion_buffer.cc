@@ -11,22 +11,26 @@ namespace {
 size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
 }  // namespace
 
-std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes,
-                                               size_t max_tensor_bytes) {
-  std::vector<std::vector<Response>> groups;
-  // A group of its own, moved in (a braced list would copy the response: its strings and vectors).
-  auto alone = [&groups](Response&& response) {
-    groups.emplace_back();
-    groups.back().push_back(std::move(response));
-  };
+void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes, size_t max_tensor_bytes,
+                 std::vector<std::vector<Response>>* groups) {
   if (responses.size() == 1) {  // the common small cycle: nothing to fuse with
-    groups.push_back(std::move(responses));
-    return groups;
+    groups->resize(1);
+    groups->front().resize(1);
+    groups->front().front() = responses.front();
+    return;
   }
+  // Each response's group, in order of the groups' first responses.
+  std::vector<size_t> group_of(responses.size());
+  std::vector<size_t> sizes, filled;
   using Key = std::tuple<CollectiveType, DataType, ReduceOp, double, double, int32_t, Memory>;
-  std::map<Key, size_t> open;  // key -> index into groups of the group still filling
-  std::vector<size_t> filled(0);
-  for (Response& response : responses) {
+  std::map<Key, size_t> open;  // key -> the group still filling
+  auto alone = [&](size_t i, size_t bytes) {
+    group_of[i] = sizes.size();
+    sizes.push_back(1);
+    filled.push_back(bytes);
+  };
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& response = responses[i];
     const Request& q = response.request;
     // Only these have a fused form; errors and preloaded inputs travel alone.
     const bool fusable = q.type == CollectiveType::kAllreduce || q.type == CollectiveType::kAllgather ||
@@ -35,23 +39,30 @@ std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, 
     // through the fusion buffer would only add two copies of it.
     if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable || response.preloaded ||
         bytes_of(q) > max_tensor_bytes) {
-      alone(std::move(response));
-      filled.push_back(0);
+      alone(i, 0);
       continue;
     }
     const Key key{q.type, q.dtype, q.op, q.prescale, q.postscale, q.root, q.memory};
     const size_t bytes = bytes_of(q);
     auto it = open.find(key);
     if (it != open.end() && filled[it->second] + bytes <= threshold_bytes) {
-      groups[it->second].push_back(std::move(response));
+      group_of[i] = it->second;
+      ++sizes[it->second];
       filled[it->second] += bytes;
       continue;
     }
-    open[key] = groups.size();
-    alone(std::move(response));
-    filled.push_back(bytes);
+    open[key] = sizes.size();
+    alone(i, bytes);
   }
-  return groups;
+  groups->resize(sizes.size());
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    (*groups)[g].resize(sizes[g]);
+    sizes[g] = 0;  // from here on: how many are in
+  }
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const size_t g = group_of[i];
+    (*groups)[g][sizes[g]++] = responses[i];
+  }
 }
 
 char* FusionBuffer::reserve(size_t bytes) {

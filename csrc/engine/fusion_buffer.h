@@ -12,11 +12,13 @@
 
 namespace horo {
 
-// Groups `responses` (identical on every rank) into fusion groups; the result
-// is identical on every rank too. Errors, and tensors over `max_tensor_bytes`,
-// travel alone. A threshold of 0 disables fusion.
-std::vector<std::vector<Response>> plan_fusion(std::vector<Response> responses, size_t threshold_bytes,
-                                               size_t max_tensor_bytes);
+// Groups `responses` (identical on every rank) into fusion groups, `groups`;
+// the result is identical on every rank too. Errors, and tensors over
+// `max_tensor_bytes`, travel alone. A threshold of 0 disables fusion.
+// `groups` is refilled in place, by assignment: given back cycle after
+// cycle, a cycle shaped like the last (one small tensor, say) allocates nothing.
+void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes, size_t max_tensor_bytes,
+                 std::vector<std::vector<Response>>* groups);
 
 // A grow-only staging buffer, left uninitialised (it is always overwritten).
 class FusionBuffer {

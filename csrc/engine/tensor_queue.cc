@@ -7,7 +7,20 @@
 
 namespace horo {
 
-void TensorQueue::push(TensorEntry entry, bool notify) {
+void reset_for_reuse(TensorEntry& entry) {
+  std::string name = std::move(entry.request.name);
+  std::vector<int64_t> shape = std::move(entry.request.shape);
+  std::vector<int64_t> splits = std::move(entry.request.splits);
+  entry = TensorEntry{};
+  entry.request.name = std::move(name);
+  entry.request.name.clear();
+  entry.request.shape = std::move(shape);
+  entry.request.shape.clear();
+  entry.request.splits = std::move(splits);
+  entry.request.splits.clear();
+}
+
+void TensorQueue::push(TensorEntry& entry, bool notify) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::string& name = entry.request.name;
@@ -19,9 +32,9 @@ void TensorQueue::push(TensorEntry entry, bool notify) {
     }
     taken_nodes_.insert(taken_, key, entry.handle);
     key_nodes_.insert(key_of_handle_, entry.handle, key);
-    new_requests_.push_back(entry.request);
+    request_pool_.append(new_requests_) = entry.request;  // a kept request's buffers, reused
     new_enqueued_at_.push_back(entry.enqueued_at);
-    entry_nodes_.insert(in_flight_, key, std::move(entry));
+    entry_nodes_.insert_swapped(in_flight_, key, entry);
   }
   if (!notify) return;
   work_cv_.notify_one();
@@ -31,7 +44,7 @@ void TensorQueue::push(TensorEntry entry, bool notify) {
 void TensorQueue::push_rejection(Request request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    new_requests_.push_back(std::move(request));
+    request_pool_.append(new_requests_) = std::move(request);
     new_enqueued_at_.push_back(std::chrono::steady_clock::now());
   }
   work_cv_.notify_one();
@@ -47,10 +60,11 @@ void TensorQueue::release(int handle) {
 
 void TensorQueue::take_new_requests(std::vector<Request>* requests,
                                     std::vector<std::chrono::steady_clock::time_point>* enqueued_at) {
-  // Swapped, not moved: the queue keeps the caller's emptied vectors and their capacity.
-  requests->clear();
+  // Swapped, not moved: the queue keeps the caller's emptied vectors and their capacity,
+  // and the requests they held.
   enqueued_at->clear();
   std::lock_guard<std::mutex> lock(mutex_);
+  request_pool_.clear(*requests);
   requests->swap(new_requests_);
   enqueued_at->swap(new_enqueued_at_);
 }
@@ -59,8 +73,8 @@ bool TensorQueue::take(int process_set, const std::string& name, TensorEntry* en
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = in_flight_.find(key_of(process_set, name));
   if (it == in_flight_.end()) return false;
-  *entry = std::move(it->second);
-  entry_nodes_.erase(in_flight_, it);
+  std::swap(*entry, it->second);
+  entry_nodes_.erase_keeping_value(in_flight_, it);
   return true;
 }
 
@@ -76,8 +90,8 @@ bool TensorQueue::take(int handle, TensorEntry* entry) {
   if (key == key_of_handle_.end()) return false;
   auto it = in_flight_.find(key->second);
   if (it == in_flight_.end()) return false;
-  *entry = std::move(it->second);
-  entry_nodes_.erase(in_flight_, it);
+  std::swap(*entry, it->second);
+  entry_nodes_.erase_keeping_value(in_flight_, it);
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/element_pool.h"
 #include "common/node_pool.h"
 #include "engine/buffer_pool.h"
 #include "gpu/cuda_event.h"
@@ -63,6 +64,11 @@ struct TensorEntry {
   std::chrono::steady_clock::time_point enqueued_at{};
 };
 
+// Empties `entry` for another tensor, keeping its name's, shape's and splits'
+// buffers: a caller describing tensor after tensor in one entry (see
+// TensorQueue::push) then allocates nothing for them.
+void reset_for_reuse(TensorEntry& entry);
+
 class TensorQueue {
  public:
   // Throws horo::Error when the name is still taken on this rank: from
@@ -70,15 +76,18 @@ class TensorQueue {
   // merely until the collective ran, so whether a reuse is refused depends on
   // the caller's program alone, never on how fast the other ranks were.
   // `notify`: wake the background thread (off where the pushing caller runs the cycle itself).
-  void push(TensorEntry entry, bool notify = true);
+  // The entry is swapped in: `entry` comes back holding a finished entry's buffers, to reuse.
+  void push(TensorEntry& entry, bool notify = true);
   void release(int handle);
   // A tensor this rank refused at submission (request.rejection says why):
   // it travels to the coordinator like a request but holds no buffer.
   void push_rejection(Request request);
   // Requests pushed since the last call, in push order, and their entries'
-  // enqueued_at in the same order (both vectors are replaced).
+  // enqueued_at in the same order (both vectors are replaced; the requests
+  // they held are kept for later pushes, so hand back the same vectors each time).
   void take_new_requests(std::vector<Request>* requests, std::vector<std::chrono::steady_clock::time_point>* enqueued_at);
-  // Removes and returns the in-flight entry; false if there is none.
+  // Removes and returns the in-flight entry; false if there is none. The entry
+  // is swapped out: what `entry` held is kept, buffers and all, for a later push.
   bool take(int process_set, const std::string& name, TensorEntry* entry);
   // Likewise, for the entry pushed with `handle` (its name stays taken until release()).
   bool take(int handle, TensorEntry* entry);
@@ -114,6 +123,7 @@ class TensorQueue {
   std::string key_;  // key_of()'s result, reused so a long name costs no allocation per call
   const std::string& key_of(int process_set, const std::string& name);
   std::vector<Request> new_requests_;
+  ElementPool<Request> request_pool_;
   std::vector<std::chrono::steady_clock::time_point> new_enqueued_at_;
   std::mutex on_work_mutex_;
   std::function<void()> on_work_;

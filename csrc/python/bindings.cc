@@ -135,11 +135,12 @@ void describe_gpu_tensor(TensorEntry& entry, const std::string& kind, int device
   entry.ready = std::make_shared<CudaEvent>(device, reinterpret_cast<cuda::Stream>(stream));
 }
 
-// The entry for one tensor, after the checks that raise (on this rank; reject()
-// tells the others). Host memory unless describe_gpu_tensor() says otherwise.
-TensorEntry describe(int type, std::string name, uintptr_t input, uintptr_t output, int dtype,
-                     std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
-                     std::vector<int64_t> splits, int process_set) {
+// Completes the entry for one tensor, whose request's name, shape and splits the caller
+// has set, after the checks that raise (on this rank; reject() tells the others). Host
+// memory unless describe_gpu_tensor() says otherwise.
+void describe(TensorEntry& entry, int type, uintptr_t input, uintptr_t output, int dtype, int op, double prescale,
+              double postscale, int root, int process_set) {
+  const std::string& name = entry.request.name;
   if (!collective_valid(type)) throw py::value_error("'" + name + "': unknown collective " + std::to_string(type));
   const std::string kind = collective_name(static_cast<CollectiveType>(type));
   if (!dtype_valid(dtype)) {
@@ -156,16 +157,12 @@ TensorEntry describe(int type, std::string name, uintptr_t input, uintptr_t outp
     reject(type, name, process_set, why);
     throw ArgumentError(kind + " '" + name + "': " + why);
   }
-  TensorEntry entry;
   entry.request.type = static_cast<CollectiveType>(type);
   entry.request.dtype = static_cast<DataType>(dtype);
   entry.request.op = static_cast<ReduceOp>(op);
   entry.request.prescale = prescale;
   entry.request.postscale = postscale;
-  entry.request.shape = std::move(shape);
-  entry.request.name = std::move(name);  // from here on, the entry holds the name
   entry.request.root = root;
-  entry.request.splits = std::move(splits);
   entry.request.process_set = process_set;
   entry.input = reinterpret_cast<const void*>(input);
   entry.output = reinterpret_cast<void*>(output);
@@ -174,6 +171,14 @@ TensorEntry describe(int type, std::string name, uintptr_t input, uintptr_t outp
     reject(type, entry.request.name, process_set, why);
     throw ArgumentError(kind + " '" + entry.request.name + "': " + why);
   }
+}
+
+// A new entry's request: its name, shape and splits (describe() the rest).
+TensorEntry entry_named(std::string name, std::vector<int64_t> shape, std::vector<int64_t> splits) {
+  TensorEntry entry;
+  entry.request.name = std::move(name);
+  entry.request.shape = std::move(shape);
+  entry.request.splits = std::move(splits);
   return entry;
 }
 
@@ -181,8 +186,8 @@ int enqueue(int type, std::string name, uintptr_t input, uintptr_t output, int d
             std::vector<int64_t> shape, int op, double prescale, double postscale, int root,
             std::vector<int64_t> splits, int process_set, int device, uintptr_t stream, bool caller_waits) {
   require_init();
-  TensorEntry entry = describe(type, std::move(name), input, output, dtype, std::move(shape), op, prescale, postscale,
-                               root, std::move(splits), process_set);
+  TensorEntry entry = entry_named(std::move(name), std::move(shape), std::move(splits));
+  describe(entry, type, input, output, dtype, op, prescale, postscale, root, process_set);
   if (device >= 0) describe_gpu_tensor(entry, collective_name(entry.request.type), device, stream);
   return g_engine->enqueue(std::move(entry), nullptr, caller_waits);
 }
@@ -269,7 +274,8 @@ void release_finished_interrupted(Engine& engine) {
 
 // Runs `entry` to completion, its cycles on the caller's thread. Should a signal end the wait
 // early, `input` and `output` (the caller's arrays) are held until the collective is done.
-HandleTable::Result run_entry(TensorEntry entry, py::handle input, py::handle output) {
+// The entry is swapped into the queue (Engine::enqueue): it comes back holding another's buffers.
+HandleTable::Result run_entry(TensorEntry& entry, py::handle input, py::handle output) {
   std::shared_ptr<Engine> engine = g_engine;
   if (!g_interrupted->empty()) release_finished_interrupted(*engine);
   int handle = -1;
@@ -289,11 +295,12 @@ py::object run(int type, std::string name, py::array input, py::object output, i
                double postscale, int root, std::vector<int64_t> splits, int process_set) {
   require_init();
   const uintptr_t target = output.is_none() ? 0 : reinterpret_cast<uintptr_t>(output.cast<py::array>().data());
-  TensorEntry entry = describe(type, std::move(name), reinterpret_cast<uintptr_t>(input.data()), target, dtype,
-                               std::vector<int64_t>(input.shape(), input.shape() + input.ndim()), op, prescale,
-                               postscale, root, std::move(splits), process_set);
+  TensorEntry entry = entry_named(std::move(name), std::vector<int64_t>(input.shape(), input.shape() + input.ndim()),
+                                  std::move(splits));
+  describe(entry, type, reinterpret_cast<uintptr_t>(input.data()), target, dtype, op, prescale, postscale, root,
+           process_set);
   py::dtype input_dtype = input.dtype();
-  return to_python(run_entry(std::move(entry), input, output), 0, &input_dtype);
+  return to_python(run_entry(entry, input, output), 0, &input_dtype);
 }
 
 // The dtypes of horo/dtypes.py (which owns the mapping) and their codes: run_plain() knows an
@@ -315,13 +322,25 @@ int plain_dtype_code(PyObject* descr) {
 // the input itself (`in_place`: allreduce_, broadcast_) or `output`, an array the caller made
 // like the input (allreduce, broadcast). From horo/enqueue.py's plain_call(): `unnamed`, the
 // name of a call without one, and `default_op`, the op of a call without one.
-py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle default_op, py::handle tensor,
-                     py::handle name, py::handle process_set, py::handle root, py::handle op, py::handle prescale,
-                     py::handle postscale, py::handle output) {
+// The arguments come as one tuple (see the binding): pybind11 keeps up to six in place,
+// and a heap vector for more would be the call's one allocation.
+py::object run_plain(py::args args) {
+  const size_t given = args.size();
+  if (given < 7 || given > 12) throw py::type_error("run_plain() takes 7 to 12 arguments");
+  static PyObject* const zero = PyLong_FromLong(0);  // the defaults (never destroyed: Python objects)
+  static PyObject* const one = PyFloat_FromDouble(1.0);
+  const auto arg = [&](size_t i, PyObject* otherwise = nullptr) {
+    return py::handle(i < given ? PyTuple_GET_ITEM(args.ptr(), i) : otherwise);
+  };
+  const int type = py::cast<int>(arg(0));
+  const bool in_place = PyObject_IsTrue(arg(2).ptr());
+  const py::handle tensor = arg(4), process_set = arg(6), root = arg(7, zero), prescale = arg(9, one),
+                   postscale = arg(10, one), output = arg(11, Py_None);
+  py::handle name = arg(5), op = arg(8, Py_None);
   auto& numpy = py::detail::npy_api::get();
   const auto not_plain = [] { return py::reinterpret_borrow<py::object>(Py_NotImplemented); };
-  if (name.is_none()) name = unnamed;
-  if (op.is_none()) op = default_op;
+  if (name.is_none()) name = arg(1);
+  if (op.is_none()) op = arg(3);
   if (Py_TYPE(tensor.ptr()) != numpy.PyArray_Type_ || !PyUnicode_CheckExact(name.ptr()) || !process_set.is_none() ||
       !PyLong_CheckExact(root.ptr()) || !PyLong_CheckExact(op.ptr()) || !PyFloat_CheckExact(prescale.ptr()) ||
       !PyFloat_CheckExact(postscale.ptr()) || !g_engine) {
@@ -353,18 +372,26 @@ py::object run_plain(int type, py::handle unnamed, bool in_place, py::handle def
                         !std::equal(array->dimensions, array->dimensions + array->nd, made->dimensions)))) {
     return not_plain();
   }
-  std::vector<int64_t> shape(array->dimensions, array->dimensions + array->nd);
-  std::vector<int64_t> splits;
-  if (kind == CollectiveType::kAlltoall) {  // even parts, Horovod's default (rows that do not divide: the full path)
-    if (shape[0] % g_info.size != 0) return not_plain();
-    splits.assign(g_info.size, shape[0] / g_info.size);
+  // Even parts, Horovod's default (rows that do not divide: the full path).
+  if (kind == CollectiveType::kAlltoall && array->dimensions[0] % g_info.size != 0) return not_plain();
+  Py_ssize_t name_length = 0;
+  const char* name_utf8 = PyUnicode_AsUTF8AndSize(name.ptr(), &name_length);
+  if (!name_utf8) {  // not UTF-8 encodable: the full path says so
+    PyErr_Clear();
+    return not_plain();
   }
+  // Described in the entry this thread used last, which the queue swapped for a finished
+  // entry's: their name's and shape's buffers make the description allocate nothing.
+  thread_local TensorEntry entry;
+  reset_for_reuse(entry);
+  entry.request.name.assign(name_utf8, static_cast<size_t>(name_length));
+  entry.request.shape.assign(array->dimensions, array->dimensions + array->nd);
+  if (kind == CollectiveType::kAlltoall) entry.request.splits.assign(g_info.size, array->dimensions[0] / g_info.size);
   const uintptr_t data = reinterpret_cast<uintptr_t>(array->data);
   const uintptr_t target = in_place ? data : output_given ? reinterpret_cast<uintptr_t>(made->data) : 0;
-  TensorEntry entry = describe(type, name.cast<std::string>(), data, target, dtype, std::move(shape),
-                               static_cast<int>(op_code), PyFloat_AS_DOUBLE(prescale.ptr()),
-                               PyFloat_AS_DOUBLE(postscale.ptr()), static_cast<int>(root_rank), std::move(splits), 0);
-  const HandleTable::Result result = run_entry(std::move(entry), tensor, output);
+  describe(entry, type, data, target, dtype, static_cast<int>(op_code), PyFloat_AS_DOUBLE(prescale.ptr()),
+           PyFloat_AS_DOUBLE(postscale.ptr()), static_cast<int>(root_rank), 0);
+  const HandleTable::Result result = run_entry(entry, tensor, output);
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (in_place) return py::reinterpret_borrow<py::object>(tensor);
   if (output_given) return py::reinterpret_borrow<py::object>(output);
@@ -465,9 +492,9 @@ PYBIND11_MODULE(_core, m) {
         "enqueue() and wait() of a collective on C-contiguous NumPy arrays in one call (a blocking collective; "
         "output None: the core allocates it); returns what wait() returns. Should a signal end the wait early, "
         "the arrays are held until the collective completes.");
-  m.def("run_plain", &run_plain, py::arg("type"), py::arg("unnamed"), py::arg("in_place"), py::arg("default_op"),
-        py::arg("tensor"), py::arg("name"), py::arg("process_set"), py::arg("root") = 0, py::arg("op") = py::none(),
-        py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("output") = py::none(),
+  m.def("run_plain", &run_plain,
+        "run_plain(type, unnamed, in_place, default_op, tensor, name, process_set[, root=0, op=None, prescale=1.0, "
+        "postscale=1.0, output=None]), positional only: "
         "run() of the common blocking call, a plain NumPy array in the global set, without Python's checks: "
         "the result (the tensor itself when in_place, `output` when given), or NotImplemented for any other "
         "call, which then takes the full path.");

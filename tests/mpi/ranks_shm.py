@@ -356,10 +356,12 @@ def test_blocking_calls_run_on_the_caller_without_waking_the_background_thread(h
     assert woken <= calls * 0.05, f"the background thread switched in {batches} times per {calls} blocking calls"
 
 
-def test_a_small_collective_allocates_almost_nothing(hvd):
+def test_a_small_collective_allocates_nothing(hvd):
     """Selected by test_shm.py with tests/malloc_counter.c preloaded: a steady-state 4 KiB
-    allreduce or broadcast (cached response, a name too long for a short-string buffer)
-    mallocs a handful of times a call, counted on every thread of the rank."""
+    blocking call (cached response, a name too long for a short-string buffer) mallocs nothing
+    in horo, counted on every thread of the rank. What remains is the result: NumPy's array
+    for allreduce() and broadcast(); the core's output, its owner and NumPy's array object
+    for the collectives whose output only the agreed response can size."""
     import ctypes
 
     process = ctypes.CDLL(None)
@@ -369,9 +371,12 @@ def test_a_small_collective_allocates_almost_nothing(hvd):
     x = np.ones(1024, np.float32)
     name = "model.layer.weight.grad.a.name.past.fifteen.characters"
     calls = 2000
-    for label, call in [("allreduce_", lambda: hvd.allreduce_(x, name=name, op=hvd.Sum)),
-                        ("allreduce", lambda: hvd.allreduce(x, name=name + ".out", op=hvd.Sum)),
-                        ("broadcast_", lambda: hvd.broadcast_(x, root_rank=0, name=name + ".bcast"))]:
+    # (label, call, mallocs a call at most: the result's own)
+    for label, call, most in [("allreduce_", lambda: hvd.allreduce_(x, name=name, op=hvd.Sum), 0),
+                              ("broadcast_", lambda: hvd.broadcast_(x, root_rank=0, name=name + ".bcast"), 0),
+                              ("allreduce", lambda: hvd.allreduce(x, name=name + ".out", op=hvd.Sum), 1),
+                              ("broadcast", lambda: hvd.broadcast(x, root_rank=0, name=name + ".bout"), 1),
+                              ("unnamed allreduce_", lambda: hvd.allreduce_(x), 0)]:
         for _ in range(200):
             call()
         process.horo_test_count_mallocs(1)
@@ -380,9 +385,10 @@ def test_a_small_collective_allocates_almost_nothing(hvd):
             call()
         per_call = (process.horo_test_mallocs() - before) / calls
         process.horo_test_count_mallocs(0)
-        # Measured 9-10 (the request's and the cached response's name and shape, pybind11's
-        # argument lists); 34-35 before the queue, handle table and cycle kept their memory.
-        assert per_call <= 12, f"{label}: {per_call:.1f} mallocs per 4 KiB call"
+        # Measured 0.00 and 1.00; 9-10 before the engine's lists kept their elements (stop 34),
+        # 34-35 before the queue, handle table and cycle kept their memory. (A stray malloc or
+        # two in 2,000 calls, Python's or MPI's, is not the call's.)
+        assert per_call <= most + 0.01, f"{label}: {per_call:.3f} mallocs per 4 KiB call (at most {most})"
 
 
 def test_idle_background_thread_takes_no_cpu(hvd):
