@@ -16,13 +16,18 @@ RingLayout RingLayout::even(size_t elements, int ranks) {
 
 RingLayout RingLayout::from_counts(const std::vector<size_t>& counts) {
   RingLayout layout;
-  layout.count = counts;
-  size_t offset = 0;
-  for (size_t c : counts) {
-    layout.offset.push_back(offset);
-    offset += c;
-  }
+  layout.assign(counts);
   return layout;
+}
+
+void RingLayout::assign(const std::vector<size_t>& counts) {
+  count = counts;
+  offset.resize(counts.size());
+  size_t at = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    offset[r] = at;
+    at += counts[r];
+  }
 }
 
 void Ring::allreduce(Transport& t, const RingLayout& layout, const void* input, void* output, DataType dtype,

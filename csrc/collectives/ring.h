@@ -26,6 +26,8 @@ struct RingLayout {
   static RingLayout even(size_t elements, int ranks);
   // Per-rank counts as given (ragged allgather, uneven reducescatter).
   static RingLayout from_counts(const std::vector<size_t>& counts);
+  // The same, in place: a layout kept from call to call allocates nothing.
+  void assign(const std::vector<size_t>& counts);
 };
 
 class Ring {

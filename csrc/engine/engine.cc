@@ -362,7 +362,10 @@ void Engine::execute(int set_id, const std::vector<Response>& responses) {
     timeline_.group_started(set_id, group);
     if (group.front().kind == Response::Kind::kError) {
       timeline_.group_finished(true);
-      for (auto& e : entries) handles_.complete(e.handle, group.front().error);
+      for (auto& e : entries) {
+        handles_.complete(e.handle, group.front().error);
+        e.ready = nullptr;
+      }
       continue;
     }
     std::string error;

@@ -123,23 +123,21 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) 
   const size_t esize = dtype_size(dtype);
   const int n = transport_.size(), me = transport_.rank();
   for (TensorEntry& e : entries) {  // the caller's output, as usual: nothing to work out
-    if (!e.output) allocate_missing_output(e, split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n)[me]);
+    if (!e.output) allocate_missing_output(e, rows_of_rank(e.request.shape.empty() ? 1 : e.request.shape[0], n, me));
   }
   const double postscale = final_scale(spec, n);
   if (preloaded) {  // this rank's rows, straight from every rank's input
-    const std::vector<size_t> rows = split_rows(spec.shape.empty() ? 1 : spec.shape[0], n);
-    size_t first_row = 0;
-    for (int r = 0; r < me; ++r) first_row += rows[r];
-    const size_t row = row_elements(spec.shape);
-    return reduce_preloaded(entries.front().output, first_row * row, rows[me] * row, dtype, spec.op, postscale,
-                            "SHM_PRELOADED_REDUCE_SCATTER");
+    const size_t rows = spec.shape.empty() ? 1 : spec.shape[0], row = row_elements(spec.shape);
+    return reduce_preloaded(entries.front().output, rows_before_rank(rows, n, me) * row, rows_of_rank(rows, n, me) * row,
+                            dtype, spec.op, postscale, "SHM_PRELOADED_REDUCE_SCATTER");
   }
   if (entries.size() == 1 && spec.prescale == 1.0) {
     // No staging: one tensor's rows are already laid out by receiving rank. (Copied into
     // the fusion buffer and out again, np=2 ran 1.9-2.7x slower from 256 KiB, in-job A/B.)
     TensorEntry& e = entries.front();
-    std::vector<size_t> counts = split_rows(spec.shape.empty() ? 1 : spec.shape[0], n);
-    for (size_t& c : counts) c *= row_elements(spec.shape);
+    std::vector<size_t>& counts = counts_;
+    counts.resize(n);
+    for (int r = 0; r < n; ++r) counts[r] = rows_of_rank(spec.shape.empty() ? 1 : spec.shape[0], n, r) * row_elements(spec.shape);
     const int64_t t = timeline_.activity_start();
     if (!ring_for(tunables_.reducescatter_algo, elements(spec.shape) * esize) &&
         transport_.native_reduce_scatter(e.input, e.output, counts, dtype, spec.op)) {
@@ -194,12 +192,14 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   const size_t esize = dtype_size(dtype);
   const int n = transport_.size(), me = transport_.rank();
   // Rank r's block: its rows of every tensor in the group, tensor after tensor.
-  std::vector<size_t> block(n, 0);
+  std::vector<size_t>& block = counts_;
+  block.assign(n, 0);
   for (size_t k = 0; k < entries.size(); ++k) {
     const size_t row = row_elements(entries[k].request.shape);
     for (int r = 0; r < n; ++r) block[r] += static_cast<size_t>(group[k].per_rank[r]) * row;
   }
-  const RingLayout layout = RingLayout::from_counts(block);
+  const RingLayout& layout = layout_;
+  layout_.assign(block);
   // One tensor gathers straight into its output; several go through the fusion buffer.
   const bool fused = entries.size() > 1;
   for (size_t k = 0; k < entries.size(); ++k) {
@@ -243,8 +243,9 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     ring_.allgather(transport_, layout, mine, buf, dtype);
     timeline_.activity("RING_ALLGATHER", t);
   } else {
-    std::vector<size_t> bytes;
-    for (size_t c : layout.count) bytes.push_back(c * esize);
+    std::vector<size_t>& bytes = send_bytes_;
+    bytes.resize(n);
+    for (int r = 0; r < n; ++r) bytes[r] = layout.count[r] * esize;
     transport_.native_allgatherv(mine, buf, bytes);
     timeline_.activity(two_level ? "HIERARCHICAL_ALLGATHERV" : native("MPI_ALLGATHERV", "SHM_ALLGATHERV"), t);
   }
@@ -307,15 +308,19 @@ void Executor::broadcast(std::vector<TensorEntry>& entries, bool preloaded) {
 void Executor::alltoall(const Response& agreed, TensorEntry& e) {
   const int n = transport_.size(), me = transport_.rank();
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
-  std::vector<size_t> send_bytes, recv_bytes;
+  std::vector<size_t>& send_bytes = send_bytes_;
+  std::vector<size_t>& recv_bytes = recv_bytes_;
+  send_bytes.resize(n);
+  recv_bytes.resize(n);
   auto out = std::make_shared<AllocatedOutput>();
   out->shape = e.request.shape;
   out->shape[0] = 0;
+  out->received_splits.resize(n);
   for (int r = 0; r < n; ++r) {
     const int64_t rows_in = agreed.per_rank[r * n + me];
-    send_bytes.push_back(static_cast<size_t>(e.request.splits[r]) * row_bytes);
-    recv_bytes.push_back(static_cast<size_t>(rows_in) * row_bytes);
-    out->received_splits.push_back(rows_in);
+    send_bytes[r] = static_cast<size_t>(e.request.splits[r]) * row_bytes;
+    recv_bytes[r] = static_cast<size_t>(rows_in) * row_bytes;
+    out->received_splits[r] = rows_in;
     out->shape[0] += rows_in;
   }
   const size_t bytes = static_cast<size_t>(out->shape[0]) * row_bytes;

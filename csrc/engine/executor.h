@@ -58,6 +58,9 @@ class Executor {
   // Memory for an output the peers may write into, or null (Transport::output_allocator).
   Transport::OutputAllocator shared_output_;
   FusionBuffer fusion_;
+  // Per-rank scratch, kept from call to call so a small collective allocates nothing for it.
+  std::vector<size_t> counts_, send_bytes_, recv_bytes_;
+  RingLayout layout_;
 };
 
 }  // namespace horo

@@ -3,6 +3,7 @@
 // rows % n ranks get one row more).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -17,7 +18,9 @@ inline size_t elements(const std::vector<int64_t>& shape) {
 
 // Elements in one slice along the first dimension.
 inline size_t row_elements(const std::vector<int64_t>& shape) {
-  return shape.empty() ? 1 : elements(std::vector<int64_t>(shape.begin() + 1, shape.end()));
+  size_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= static_cast<size_t>(shape[d]);
+  return n;
 }
 
 // Rows of a first dimension of `rows` that each of n ranks gets.
@@ -25,6 +28,12 @@ inline std::vector<size_t> split_rows(size_t rows, int n) {
   std::vector<size_t> out(n, rows / n);
   for (size_t r = 0; r < rows % n; ++r) ++out[r];
   return out;
+}
+
+// split_rows(rows, n)[r], and the rows before rank r's, without the vector.
+inline size_t rows_of_rank(size_t rows, int n, int r) { return rows / n + (static_cast<size_t>(r) < rows % n ? 1 : 0); }
+inline size_t rows_before_rank(size_t rows, int n, int r) {
+  return static_cast<size_t>(r) * (rows / n) + std::min(static_cast<size_t>(r), rows % n);
 }
 
 }  // namespace horo

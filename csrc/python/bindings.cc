@@ -239,7 +239,19 @@ py::array host_array(const std::shared_ptr<AllocatedOutput>& allocated, py::dtyp
   auto owner = new std::shared_ptr<AllocatedOutput>(allocated);
   py::capsule free_when_done(owner, [](void* p) { delete static_cast<std::shared_ptr<AllocatedOutput>*>(p); });
   AllocatedOutput& out = *allocated;
-  if (dtype) return py::array(*dtype, out.shape, out.bytes.data(), free_when_done);
+  if (dtype) {
+    // NumPy's own constructor: py::array's would copy the shape and work out strides in two
+    // vectors first (a small allgather's output then cost two mallocs more).
+    static_assert(sizeof(Py_intptr_t) == sizeof(int64_t), "NumPy's dimensions are our int64 shapes");
+    auto& numpy = py::detail::npy_api::get();
+    auto array = py::reinterpret_steal<py::array>(numpy.PyArray_NewFromDescr_(
+        numpy.PyArray_Type_, dtype->inc_ref().ptr(), static_cast<int>(out.shape.size()),
+        reinterpret_cast<Py_intptr_t*>(out.shape.data()), nullptr, out.bytes.data(),
+        py::detail::npy_api::NPY_ARRAY_WRITEABLE_, nullptr));
+    if (!array) throw py::error_already_set();
+    numpy.PyArray_SetBaseObject_(array.ptr(), free_when_done.release().ptr());  // steals the reference
+    return array;
+  }
   return py::array_t<uint8_t>({static_cast<py::ssize_t>(out.bytes.size())}, {1},
                               reinterpret_cast<const uint8_t*>(out.bytes.data()), free_when_done);
 }

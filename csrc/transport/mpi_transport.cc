@@ -170,19 +170,19 @@ bool mpi_reduction(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mop)
   return !(narrow && (*mop == MPI_SUM || *mop == MPI_PROD));
 }
 
-// MPI's vector collectives take int counts and displacements.
-std::vector<int> int_counts(const std::vector<size_t>& counts, std::vector<int>* displs) {
-  std::vector<int> out;
+// MPI's vector collectives take int counts and displacements (both vectors are refilled).
+void int_counts(const std::vector<size_t>& counts, std::vector<int>* out, std::vector<int>* displs) {
+  out->clear();
+  displs->clear();
   size_t offset = 0;
   for (size_t c : counts) {
     if (c > kMaxMessageBytes || offset > static_cast<size_t>(INT_MAX)) {
       throw Error("a collective over more than 1 GiB per rank is not supported by this MPI path");
     }
-    out.push_back(static_cast<int>(c));
-    if (displs) displs->push_back(static_cast<int>(offset));
+    out->push_back(static_cast<int>(c));
+    displs->push_back(static_cast<int>(offset));
     offset += c;
   }
-  return out;
 }
 
 }  // namespace
@@ -211,34 +211,32 @@ bool MpiTransport::native_reduce_scatter(const void* input, void* output, const 
   MPI_Datatype type;
   MPI_Op mop;
   if (!mpi_reduction(dtype, op, &type, &mop)) return false;
-  std::vector<int> ints;
+  counts_.clear();
   for (size_t c : counts) {
     if (c * dtype_size(dtype) > kMaxMessageBytes) return false;  // the ring has no such limit
-    ints.push_back(static_cast<int>(c));
+    counts_.push_back(static_cast<int>(c));
   }
   const void* send = input == output ? MPI_IN_PLACE : input;
   collective("MPI_Ireduce_scatter", [&](MPI_Request* r) {
-    return MPI_Ireduce_scatter(send, output, ints.data(), type, mop, comm_, r);
+    return MPI_Ireduce_scatter(send, output, counts_.data(), type, mop, comm_, r);
   });
   return true;
 }
 
 void MpiTransport::native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) {
-  std::vector<int> displs;
-  std::vector<int> counts = int_counts(byte_counts, &displs);
+  int_counts(byte_counts, &counts_, &displs_);
   collective("MPI_Iallgatherv", [&](MPI_Request* r) {
-    return MPI_Iallgatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, comm_, r);
+    return MPI_Iallgatherv(mine, counts_[rank_], MPI_BYTE, output, counts_.data(), displs_.data(), MPI_BYTE, comm_, r);
   });
 }
 
 void MpiTransport::alltoallv(const void* input, const std::vector<size_t>& send_bytes, void* output,
                              const std::vector<size_t>& recv_bytes) {
-  std::vector<int> sdispls, rdispls;
-  std::vector<int> scounts = int_counts(send_bytes, &sdispls);
-  std::vector<int> rcounts = int_counts(recv_bytes, &rdispls);
+  int_counts(send_bytes, &counts_, &displs_);
+  int_counts(recv_bytes, &recv_counts_, &recv_displs_);
   collective("MPI_Ialltoallv", [&](MPI_Request* r) {
-    return MPI_Ialltoallv(input, scounts.data(), sdispls.data(), MPI_BYTE, output, rcounts.data(), rdispls.data(),
-                          MPI_BYTE, comm_, r);
+    return MPI_Ialltoallv(input, counts_.data(), displs_.data(), MPI_BYTE, output, recv_counts_.data(),
+                          recv_displs_.data(), MPI_BYTE, comm_, r);
   });
 }
 
@@ -254,18 +252,18 @@ void MpiTransport::broadcast(void* buf, size_t bytes, int root) {
 }
 
 void MpiTransport::gatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts, int root) {
-  std::vector<int> displs;
-  std::vector<int> counts = int_counts(byte_counts, &displs);
+  int_counts(byte_counts, &counts_, &displs_);
   collective("MPI_Igatherv", [&](MPI_Request* r) {
-    return MPI_Igatherv(mine, counts[rank_], MPI_BYTE, output, counts.data(), displs.data(), MPI_BYTE, root, comm_, r);
+    return MPI_Igatherv(mine, counts_[rank_], MPI_BYTE, output, counts_.data(), displs_.data(), MPI_BYTE, root, comm_,
+                        r);
   });
 }
 
 void MpiTransport::scatterv(const void* input, const std::vector<size_t>& byte_counts, void* mine, int root) {
-  std::vector<int> displs;
-  std::vector<int> counts = int_counts(byte_counts, &displs);
+  int_counts(byte_counts, &counts_, &displs_);
   collective("MPI_Iscatterv", [&](MPI_Request* r) {
-    return MPI_Iscatterv(input, counts.data(), displs.data(), MPI_BYTE, mine, counts[rank_], MPI_BYTE, root, comm_, r);
+    return MPI_Iscatterv(input, counts_.data(), displs_.data(), MPI_BYTE, mine, counts_[rank_], MPI_BYTE, root, comm_,
+                         r);
   });
 }
 

@@ -54,6 +54,8 @@ class MpiTransport : public Transport {
   int size_ = 1;
   std::vector<MPI_Request> requests_;
   std::vector<int> free_slots_;
+  // The vector collectives' int counts and displacements, kept for their capacity.
+  std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
 };
 
 // Whether waits on MPI requests may sleep once they have spun and yielded for
