@@ -334,16 +334,12 @@ int plain_dtype_code(PyObject* descr) {
 // the input itself (`in_place`: allreduce_, broadcast_) or `output`, an array the caller made
 // like the input (allreduce, broadcast). From horo/enqueue.py's plain_call(): `unnamed`, the
 // name of a call without one, and `default_op`, the op of a call without one.
-// The arguments come as one tuple (see the binding): pybind11 keeps up to six in place,
-// and a heap vector for more would be the call's one allocation.
-py::object run_plain(py::args args) {
-  const size_t given = args.size();
-  if (given < 7 || given > 12) throw py::type_error("run_plain() takes 7 to 12 arguments");
+// Positional arguments only (see run_plain_fastcall()).
+py::object run_plain(PyObject* const* args, size_t given) {
+  if (given < 7 || given > 12) throw py::type_error("run_plain() takes 7 to 12 positional arguments");
   static PyObject* const zero = PyLong_FromLong(0);  // the defaults (never destroyed: Python objects)
   static PyObject* const one = PyFloat_FromDouble(1.0);
-  const auto arg = [&](size_t i, PyObject* otherwise = nullptr) {
-    return py::handle(i < given ? PyTuple_GET_ITEM(args.ptr(), i) : otherwise);
-  };
+  const auto arg = [&](size_t i, PyObject* otherwise = nullptr) { return py::handle(i < given ? args[i] : otherwise); };
   const int type = py::cast<int>(arg(0));
   const bool in_place = PyObject_IsTrue(arg(2).ptr());
   const py::handle tensor = arg(4), process_set = arg(6), root = arg(7, zero), prescale = arg(9, one),
@@ -411,6 +407,40 @@ py::object run_plain(py::args args) {
   return host_array(result.allocated, &input_dtype);
 }
 
+// Python's exceptions for horo's (pybind11 calls this for the functions it binds).
+py::handle g_horo_error, g_value_error, g_internal_error;  // set at import, never released
+void translate_horo_errors(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const ArgumentError& e) {
+    PyErr_SetString(g_value_error.ptr(), e.what());
+  } catch (const CollectiveError& e) {
+    PyErr_SetString(g_internal_error.ptr(), e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(g_horo_error.ptr(), e.what());
+  }
+}
+
+// run_plain() under CPython's own calling convention (METH_FASTCALL): pybind11's dispatcher,
+// whose argument list goes to the heap past six arguments, cost more than the lane's checks.
+// Errors become Python's as pybind11 would make them.
+PyObject* run_plain_fastcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    return run_plain(args, static_cast<size_t>(nargs)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const Error&) {
+    translate_horo_errors(std::current_exception());
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::shared_ptr<Engine> horo::running_engine() { return std::atomic_load(&g_engine); }
@@ -427,23 +457,13 @@ PYBIND11_MODULE(_core, m) {
   // Horovod programs catch what they catch there: ValueError for bad arguments, RuntimeError
   // (HorovodInternalError) for failures found at synchronize.
   // Never destroyed: a static py::object would be released after the interpreter has gone.
-  static py::handle horo_error = (new py::exception<Error>(m, "HoroError", PyExc_RuntimeError))->ptr();
-  static py::handle value_error(PyErr_NewException(
-      "horo.HoroValueError", py::make_tuple(horo_error, py::handle(PyExc_ValueError)).ptr(), nullptr));
-  static py::handle internal_error(PyErr_NewException("horo.HorovodInternalError", horo_error.ptr(), nullptr));
-  m.attr("HoroValueError") = value_error;
-  m.attr("HorovodInternalError") = internal_error;
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ArgumentError& e) {
-      PyErr_SetString(value_error.ptr(), e.what());
-    } catch (const CollectiveError& e) {
-      PyErr_SetString(internal_error.ptr(), e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(horo_error.ptr(), e.what());
-    }
-  });
+  g_horo_error = (new py::exception<Error>(m, "HoroError", PyExc_RuntimeError))->ptr();
+  g_value_error = PyErr_NewException("horo.HoroValueError",
+                                     py::make_tuple(g_horo_error, py::handle(PyExc_ValueError)).ptr(), nullptr);
+  g_internal_error = PyErr_NewException("horo.HorovodInternalError", g_horo_error.ptr(), nullptr);
+  m.attr("HoroValueError") = g_value_error;
+  m.attr("HorovodInternalError") = g_internal_error;
+  py::register_exception_translator(&translate_horo_errors);
 
   m.def("init", &init, py::arg("comm_f2py") = -1,
         "Start horo on MPI_COMM_WORLD, or on the communicator with this Fortran handle (mpi4py's comm.py2f()).");
@@ -504,12 +524,14 @@ PYBIND11_MODULE(_core, m) {
         "enqueue() and wait() of a collective on C-contiguous NumPy arrays in one call (a blocking collective; "
         "output None: the core allocates it); returns what wait() returns. Should a signal end the wait early, "
         "the arrays are held until the collective completes.");
-  m.def("run_plain", &run_plain,
-        "run_plain(type, unnamed, in_place, default_op, tensor, name, process_set[, root=0, op=None, prescale=1.0, "
-        "postscale=1.0, output=None]), positional only: "
-        "run() of the common blocking call, a plain NumPy array in the global set, without Python's checks: "
-        "the result (the tensor itself when in_place, `output` when given), or NotImplemented for any other "
-        "call, which then takes the full path.");
+  static PyMethodDef run_plain_method = {
+      "run_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&run_plain_fastcall)), METH_FASTCALL,
+      "run_plain(type, unnamed, in_place, default_op, tensor, name, process_set[, root=0, op=None, prescale=1.0, "
+      "postscale=1.0, output=None]), positional only: run() of the common blocking call, a plain NumPy array in "
+      "the global set, without Python's checks: the result (the tensor itself when in_place, `output` when given), "
+      "or NotImplemented for any other call, which then takes the full path."};
+  m.add_object("run_plain", py::reinterpret_steal<py::object>(
+                                PyCFunction_NewEx(&run_plain_method, nullptr, m.attr("__name__").ptr())));
   m.def(
       "recognise_dtypes",
       [](py::dict codes) {
