@@ -401,6 +401,36 @@ def test_ranks_on_the_lane_and_ranks_on_the_full_path_meet_in_one_collective(hvd
         assert_same(np.asarray(hvd.reducescatter(mine)), average[2 * rank:2 * rank + 2], "reducescatter, default op, mixed paths")
 
 
+def test_the_lane_from_several_python_threads_at_once(hvd):
+    """Blocking calls of plain arrays from four threads at once, each thread its own names
+    (the lane describes a call in a per-thread entry that the queue swaps for a finished
+    one's buffers): every result exact, on every rank, names past the short-string buffer."""
+    import threading
+
+    size, rank = hvd.size(), hvd.rank()
+    failures = []
+
+    def work(t):
+        try:
+            for i in range(150):
+                x = np.full(64 + t, rank + i + t, np.float32)
+                hvd.allreduce_(x, name=f"thread {t}: a name past fifteen characters", op=hvd.Sum)
+                if not np.all(x == sum(r + i + t for r in range(size))):
+                    failures.append(f"thread {t}, call {i}: allreduce_ gave {x[0]}")
+                g = hvd.allgather(np.full(3, 10 * t + rank, np.int64), name=f"thread {t}: gathered, also long")
+                if not np.array_equal(g, np.repeat(np.arange(size) + 10 * t, 3)):
+                    failures.append(f"thread {t}, call {i}: allgather gave {g}")
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(f"thread {t}: {e!r}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not failures, "\n".join(failures[:5])
+
+
 def test_alltoall_above_and_below_the_ring_threshold_and_async(hvd, comm, store):
     size, rank = hvd.size(), hvd.rank()
     pending = []
