@@ -135,9 +135,10 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) 
     // No staging: one tensor's rows are already laid out by receiving rank. (Copied into
     // the fusion buffer and out again, np=2 ran 1.9-2.7x slower from 256 KiB, in-job A/B.)
     TensorEntry& e = entries.front();
+    const size_t rows = spec.shape.empty() ? 1 : spec.shape[0], row = row_elements(spec.shape);
     std::vector<size_t>& counts = counts_;
     counts.resize(n);
-    for (int r = 0; r < n; ++r) counts[r] = rows_of_rank(spec.shape.empty() ? 1 : spec.shape[0], n, r) * row_elements(spec.shape);
+    for (int r = 0; r < n; ++r) counts[r] = rows_of_rank(rows, n, r) * row;
     const int64_t t = timeline_.activity_start();
     if (!ring_for(tunables_.reducescatter_algo, elements(spec.shape) * esize) &&
         transport_.native_reduce_scatter(e.input, e.output, counts, dtype, spec.op)) {

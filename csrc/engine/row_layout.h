@@ -23,17 +23,17 @@ inline size_t row_elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Rows of a first dimension of `rows` that each of n ranks gets.
-inline std::vector<size_t> split_rows(size_t rows, int n) {
-  std::vector<size_t> out(n, rows / n);
-  for (size_t r = 0; r < rows % n; ++r) ++out[r];
-  return out;
-}
-
-// split_rows(rows, n)[r], and the rows before rank r's, without the vector.
+// Rows of a first dimension of `rows` that rank r of n gets, and the rows before rank r's.
 inline size_t rows_of_rank(size_t rows, int n, int r) { return rows / n + (static_cast<size_t>(r) < rows % n ? 1 : 0); }
 inline size_t rows_before_rank(size_t rows, int n, int r) {
   return static_cast<size_t>(r) * (rows / n) + std::min(static_cast<size_t>(r), rows % n);
+}
+
+// rows_of_rank() of every rank.
+inline std::vector<size_t> split_rows(size_t rows, int n) {
+  std::vector<size_t> out(n);
+  for (int r = 0; r < n; ++r) out[r] = rows_of_rank(rows, n, r);
+  return out;
 }
 
 }  // namespace horo
