@@ -6,13 +6,14 @@ collective suites also run on it: it is the default (auto) on one host, and
 test_allreduce.py / test_collectives.py add HORO_TRANSPORT=mpi variants to compare.
 """
 import glob
+import re
 import shutil
 import subprocess
 import sys
 import threading
 
 import pytest
-from launcher import REPO_ROOT, mpi_env
+from launcher import REPO_ROOT, mpi_env, mpirun_command
 
 SHM = {"HORO_TRANSPORT": "shm", "HORO_SHM_CHUNK_BYTES": "4096"}
 LAUNCH_TIMEOUT = 150
@@ -100,6 +101,27 @@ def test_a_rank_killed_mid_collective_ends_the_job_and_leaves_no_segment(ranks):
     assert rc is not None, f"the job hung after a rank was killed:\n{output[-4000:]}"
     assert rc != 0, f"the job succeeded although rank 1 was killed:\n{output[-4000:]}"
     assert horo_segments() - before == set(), "a killed job left its segment in /dev/shm"
+
+
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT)
+def test_the_ranks_time_both_kinds_of_store_at_start_and_keep_the_faster():
+    def start(stream):
+        job = mpirun_command(2, [sys.executable, "-c", "import horo; horo.init(); horo.shutdown()"])
+        env = {"HORO_TRANSPORT": "shm", "HORO_LOG_LEVEL": "info", "HORO_SHM_STREAM_BYTES": stream}
+        done = subprocess.run(job, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT,
+                              env=mpi_env(env))
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    output = start("auto")
+    found = re.findall(r"rank (\d+)\] shared-memory stores: .* took ([\d.e+]+) us plain, ([\d.e+]+) us streamed: (.*)",
+                       output)
+    assert len(found) == 1 and found[0][0] == "0", f"rank 0 (only) should report the probe:\n{output}"
+    plain, streamed, choice = float(found[0][1]), float(found[0][2]), found[0][3].strip()
+    assert 0 < plain < 1e6 and 0 < streamed < 1e6, found
+    assert choice == ("streaming from 16384 bytes" if plain > streamed else "plain copies"), found
+    # A value set by hand is taken as it is: no probe.
+    assert "shared-memory stores" not in start("0")
 
 
 def test_an_unknown_transport_is_refused_at_init():

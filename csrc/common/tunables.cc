@@ -42,10 +42,11 @@ const std::vector<TunableSpec>& tunable_specs() {
        "how long a wait for another rank or thread spins (a pause, and yielding the core where ranks outnumber cores) "
        "before it sleeps; "
        "auto: 50 while a host runs no more ranks than cores, else 20"},
-      {"HORO_SHM_STREAM_BYTES", "", "16384",
+      {"HORO_SHM_STREAM_BYTES", "", "auto",
        "shared-memory collectives copy pieces of this size and up into the segment with non-temporal "
-       "stores, which skip fetching the lines the readers read last (on a 2-vCPU VM a plain copy into "
-       "them ran 3-10x slower in some jobs); 0: never"},
+       "stores, which skip fetching the lines the readers read last (on one 2-vCPU VM a plain copy into "
+       "them ran 3-10x slower in some jobs; on another plain copies were faster in every job); 0: never; "
+       "auto: the ranks time both kinds once at start-up, and stream from 16384 where plain is slower"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
        "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
@@ -189,7 +190,7 @@ Tunables Tunables::from_environment() {
   t.shm_small_bytes = static_cast<int64_t>(number("HORO_SHM_SMALL_BYTES"));
   if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
   t.shm_preload_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_PRELOAD_BYTES")));
-  t.shm_stream_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_STREAM_BYTES")));
+  t.shm_stream_bytes = bytes_or_auto("HORO_SHM_STREAM_BYTES");
   t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
   t.shm_exchange_single_copy_bytes = bytes_or_auto("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES");
   t.shm_heap_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_HEAP_BYTES")));

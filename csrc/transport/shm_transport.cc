@@ -8,10 +8,12 @@
 
 #include "common/copy_bytes.h"
 #include "common/error.h"
+#include "common/logging.h"
 #include "common/stream_bytes.h"
 #include "reduce/reduce_kernels.h"
 #include "transport/cross_memory.h"
 #include "transport/peer_watch.h"
+#include "transport/store_probe.h"
 
 namespace horo {
 
@@ -19,6 +21,10 @@ namespace {
 
 constexpr size_t kLine = 64;
 constexpr size_t kPushGatherFrom = 64 * 1024;
+constexpr uint64_t kAuto = ~uint64_t(0);
+// Where streaming stores win (store_probe.h), copies from this size use them; below it a copy
+// is a few lines, which a plain store fetches quickly enough.
+constexpr size_t kStreamPiecesFrom = 16 * 1024;
 // A broadcast reads the root's buffer directly only where few ranks read it at once. At 16 MiB,
 // every reader's process_vm_readv against the root's copy in: 1.3-1.5x faster at np=2 and 3 (2
 // cores), even at np=4 (2 cores: 6.9 against 7.2 ms; 64 MiB 18.4 against 17.8), and slower at np=8
@@ -47,20 +53,39 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       outputs_(inner_->size(), nullptr),
       chunk_(segment_.chunk_bytes()),
       small_bytes_(std::min(inner_->settings().shm_small_bytes, segment_.chunk_bytes())),
-      stream_bytes_(inner_->settings().shm_stream_bytes),
       spin_(inner_->settings().spin_microseconds),
       spin_yields_(inner_->settings().spin_yields) {
   // The settings that decide how many steps a collective takes come from rank 0, as the
   // segment's sizes do: ranks whose environments differ must still take the same steps.
-  uint64_t protocol[4] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
-                          inner_->settings().shm_exchange_single_copy_bytes, inner_->settings().shm_allreduce_push_bytes};
-  MPI_Bcast(protocol, 4, MPI_UINT64_T, 0, inner_->comm());
+  // (Rank 0's choice of stores too, which changes no step, so that every rank probes or none.)
+  const int64_t stream = inner_->settings().shm_stream_bytes;
+  uint64_t protocol[5] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
+                          inner_->settings().shm_exchange_single_copy_bytes, inner_->settings().shm_allreduce_push_bytes,
+                          stream < 0 ? kAuto : static_cast<uint64_t>(stream)};
+  MPI_Bcast(protocol, 5, MPI_UINT64_T, 0, inner_->comm());
   small_bytes_ = protocol[0];
   allreduce_push_bytes_ = protocol[3];
+  stream_bytes_ = protocol[4] == kAuto ? choose_stream_bytes() : protocol[4];
   if ((protocol[1] > 0 || protocol[2] > 0) && cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = protocol[1];
     exchange_single_copy_bytes_ = protocol[2];
   }
+}
+
+size_t ShmTransport::choose_stream_bytes() {
+  if (size_ == 1) return 0;  // nobody reads this rank's copies
+  const size_t bytes = std::min<size_t>(chunk_, size_t(1) << 20);
+  const StoreProbe probe = probe_stores(inner_->comm(), slot(0), bytes);
+  uint64_t stream_from = probe.stream() ? kStreamPiecesFrom : 0;
+  MPI_Bcast(&stream_from, 1, MPI_UINT64_T, 0, inner_->comm());
+  if (rank_ == 0) {
+    HORO_LOG(kLogInfo, "shared-memory stores: a " << bytes << "-byte copy into lines a peer has just read took "
+                                                 << probe.plain_us << " us plain, " << probe.stream_us
+                                                 << " us streamed: "
+                                                 << (stream_from ? "streaming from " + std::to_string(stream_from) + " bytes"
+                                                                 : std::string("plain copies")));
+  }
+  return stream_from;
 }
 
 void ShmTransport::publish_addresses(const void* address, const void* extra) {
@@ -151,7 +176,6 @@ size_t ShmTransport::piece(size_t total, size_t k, size_t per_round) {
 void ShmTransport::step() {
   const uint64_t seq = ++seq_;
   segment_.state(rank_).seq.store(seq, std::memory_order_seq_cst);
-  ring(segment_.bell());
   int next = 0;  // peers before it have arrived: not polled again
   auto everyone_here = [&] {
     for (; next < size_; ++next) {
@@ -159,6 +183,13 @@ void ShmTransport::step() {
     }
     return true;
   };
+  // Only the last to arrive wakes the sleepers: the others would wake them to find the step
+  // still short (with more ranks than cores, a wasted switch onto a core a late rank needs).
+  // Stores and loads are seq_cst, so the rank whose store comes last sees every other one.
+  if (everyone_here()) {
+    ring(segment_.bell());
+    return;
+  }
   // A local peer may be held up by the network (the cross-host step of a hierarchical
   // collective): the deadline finds out whether its host, or another, is still there.
   if (spin_for(everyone_here, spin_, spin_yields_)) return;

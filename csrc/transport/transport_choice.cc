@@ -16,7 +16,7 @@ TransportSettings TransportSettings::from(const Tunables& tunables) {
   s.shm_chunk_bytes = static_cast<size_t>(tunables.shm_chunk_bytes);
   s.shm_small_bytes = static_cast<size_t>(tunables.shm_small_bytes);
   s.shm_preload_bytes = static_cast<size_t>(tunables.shm_preload_bytes);
-  s.shm_stream_bytes = static_cast<size_t>(tunables.shm_stream_bytes);
+  s.shm_stream_bytes = tunables.shm_stream_bytes;
   s.shm_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_single_copy_bytes));
   s.shm_exchange_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_exchange_single_copy_bytes));
   s.shm_heap_bytes = static_cast<size_t>(tunables.shm_heap_bytes);

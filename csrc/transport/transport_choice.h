@@ -21,7 +21,7 @@ struct TransportSettings {
   size_t shm_chunk_bytes = size_t(1) << 20;
   size_t shm_small_bytes = 16384;
   size_t shm_preload_bytes = 0;
-  size_t shm_stream_bytes = 0;
+  int64_t shm_stream_bytes = 0;  // -1: auto (the shared-memory transport measures)
   size_t shm_single_copy_bytes = 0;
   size_t shm_exchange_single_copy_bytes = 0;
   size_t shm_heap_bytes = 0;

@@ -296,6 +296,8 @@ def test_settings_that_differ_between_ranks_follow_rank_0():
         # Heaps of their own sizes: some outputs fit on some ranks only, and those exchanges fall back.
         "HORO_SHM_HEAP_BYTES": str(16384 * (RANK + 1)),
         "HORO_SHM_ALLREDUCE_PUSH_BYTES": str(1 if RANK == 0 else 1 << 30),
+        # Rank 0 probes its stores: the others must join it, whatever they were told.
+        "HORO_SHM_STREAM_BYTES": "auto" if RANK == 0 else str(RANK - 1),
     })
     horo.init()
     try:
