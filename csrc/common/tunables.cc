@@ -41,7 +41,7 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SPIN_MICROSECONDS", "", "auto",
        "how long a wait for another rank or thread spins (a pause, and yielding the core where ranks outnumber cores) "
        "before it sleeps; "
-       "auto: 50 while a host runs no more ranks than cores, else 20"},
+       "auto: 50"},
       {"HORO_SHM_STREAM_BYTES", "", "auto",
        "shared-memory collectives copy pieces of this size and up into the segment with non-temporal "
        "stores, which skip fetching the lines the readers read last (on one 2-vCPU VM a plain copy into "

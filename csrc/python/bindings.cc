@@ -79,9 +79,13 @@ void init(int64_t fortran_comm) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool oversubscribed = static_cast<unsigned>(g_info.local_size) > cores;  // decides the auto settings
   if (tunables.spin_microseconds < 0) {  // auto
-    // More ranks than cores: shorter, and mostly yielding (futex_wait.cc), since the rank
-    // waited for needs this core; measured (np=4, 2 cores) 20 beats both 0 and 100.
-    tunables.spin_microseconds = oversubscribed ? 20 : 50;
+    // Where ranks outnumber cores a spin mostly yields (futex_wait.cc), since the rank waited
+    // for needs this core. There 20 had beaten 0 and 100 while copies into the segment were
+    // streamed; with plain copies (store_probe.h) 50 won: np=4 on 2 cores, 5 jobs each taken
+    // in turn, median ratio against MPI at 64 KiB / 256 KiB / 1 MiB with 50 against 20:
+    // allreduce 1.13/1.05/1.13 against 1.02/1.05/1.07, broadcast 1.05/1.09/1.17 against
+    // 0.99/1.02/1.01, alltoall 0.92/0.97/0.89 against 0.86/0.91/0.90.
+    tunables.spin_microseconds = 50;
   }
   tunables.spin_yields = oversubscribed;
   if (tunables.shm_exchange_single_copy_bytes < 0) {  // auto
