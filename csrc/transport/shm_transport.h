@@ -96,6 +96,8 @@ class ShmTransport : public Transport {
   // stores from stream_bytes_ up (common/stream_bytes.h) where the machine wants them
   // (store_probe.h). Also a push into a peer's output, which its owner reads next.
   void copy_for_peers(char* to, const void* src, size_t bytes) const;
+  // HORO_SHM_STREAM_BYTES=auto: measures at start-up (collective) which stores suit this machine.
+  size_t choose_stream_bytes();
   // A rank's own part of an exchange (allgather, alltoall) into its output.
   static void copy_own(char* to, const void* src, size_t bytes);
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
@@ -144,8 +146,6 @@ class ShmTransport : public Transport {
   size_t chunk_ = 0;        // bytes of one half-slot
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
   size_t stream_bytes_ = 0;       // 0: plain copies into the slots
-  // HORO_SHM_STREAM_BYTES=auto: measures at start-up (collective) which stores suit this machine.
-  size_t choose_stream_bytes();
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
   size_t exchange_single_copy_bytes_ = 0;
   size_t allreduce_push_bytes_ = 0;  // allreduce into outputs in the heaps from this size: pushes

@@ -13,7 +13,7 @@ namespace horo {
 StoreProbe probe_stores(MPI_Comm comm, char* area, size_t bytes) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  // A round's fastest copy: the slowest ones are a rank descheduled mid-copy (more ranks than cores).
+  // Each kind's fastest copy counts: a slow one may be a rank descheduled mid-copy (more ranks than cores).
   constexpr int kRounds = 5;
   std::vector<char> source(rank == 0 ? bytes : 0, 1);
   StoreProbe result;
