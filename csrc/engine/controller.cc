@@ -58,7 +58,9 @@ int64_t preload_bytes(const Request& q, int set_rank, int root_set_rank, const T
     case CollectiveType::kAllgather: return t.allgather_algo != "ring" && bytes <= t.shm_small_bytes ? bytes : -1;
     // It copies in its own piece too, which the usual path never moves (measured 4-6% slower at 64 KiB).
     case CollectiveType::kAlltoall: return bytes <= t.shm_small_bytes ? bytes : -1;
-    case CollectiveType::kBroadcast: return set_rank == root_set_rank ? bytes : 0;
+    // Only the root's input: every rank reads its own rows of it (scatter) or all of it.
+    case CollectiveType::kBroadcast:
+    case CollectiveType::kScatter: return set_rank == root_set_rank ? bytes : 0;
     default: return -1;
   }
 }
@@ -244,7 +246,8 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
     transport_.preload(nullptr, 0, false);  // the cycle counts all the same
     return -1;
   }
-  transport_.preload(input, static_cast<size_t>(bytes), first->request.type == CollectiveType::kBroadcast);
+  const bool rooted = first->request.type == CollectiveType::kBroadcast || first->request.type == CollectiveType::kScatter;
+  transport_.preload(input, static_cast<size_t>(bytes), rooted);
   return first->cache_bit;
 }
 

@@ -39,7 +39,7 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
       return timeline_.activity(native("MPI_BARRIER", "SHM_BARRIER"), t);
     }
     case CollectiveType::kGather: return gather(group.front(), entries.front());
-    case CollectiveType::kScatter: return scatter(entries.front());
+    case CollectiveType::kScatter: return scatter(entries.front(), group.front().preloaded);
     case CollectiveType::kReduce: return reduce_to_root(entries.front());
   }
 }
@@ -364,13 +364,19 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
   timeline_.activity(native("MPI_GATHERV", "SHM_GATHERV"), t);
 }
 
-void Executor::scatter(TensorEntry& e) {
-  const std::vector<size_t> rows = split_rows(e.request.shape[0], transport_.size());
-  if (!e.output) allocate_missing_output(e, rows[transport_.rank()]);
+void Executor::scatter(TensorEntry& e, bool preloaded) {
+  const int n = transport_.size(), me = transport_.rank();
+  const std::vector<size_t> rows = split_rows(e.request.shape[0], n);
+  if (!e.output) allocate_missing_output(e, rows[me]);
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
+  const int64_t t = timeline_.activity_start();
+  if (preloaded) {  // this rank's rows, straight from the root's input
+    const size_t at = rows_before_rank(e.request.shape[0], n, me) * row_bytes;
+    copy_bytes(e.output, transport_.preloaded(e.request.root) + at, rows[me] * row_bytes);
+    return timeline_.activity("SHM_PRELOADED_SCATTERV", t);
+  }
   std::vector<size_t> bytes;
   for (size_t r : rows) bytes.push_back(r * row_bytes);
-  const int64_t t = timeline_.activity_start();
   transport_.scatterv(e.input, bytes, e.output, e.request.root);
   timeline_.activity(native("MPI_SCATTERV", "SHM_SCATTERV"), t);
 }

@@ -39,7 +39,7 @@ class Executor {
   void broadcast(std::vector<TensorEntry>& entries, bool preloaded);
   void alltoall(const Response& agreed, TensorEntry& entry);
   void gather(const Response& agreed, TensorEntry& entry);
-  void scatter(TensorEntry& entry);
+  void scatter(TensorEntry& entry, bool preloaded);
   // Reducescatter and scatter write this rank's `rows` into the caller's output; an entry given
   // none (`_core.run(..., output=None)`, as allgather's may be) gets one from the core here.
   void allocate_missing_output(TensorEntry& e, size_t rows);

@@ -460,8 +460,10 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
     finish_reads();
     return;
   }
-  const size_t per_peer = round_down(chunk_ / size_, kLine);
-  const size_t rounds = ceil_div(*std::max_element(byte_counts.begin(), byte_counts.end()), per_peer);
+  // In pieces, as a broadcast moves: the root copies one in while the receivers copy the previous one out.
+  const size_t largest = *std::max_element(byte_counts.begin(), byte_counts.end());
+  const size_t per_peer = std::min(round_down(chunk_ / size_, kLine), move_piece(largest));
+  const size_t rounds = ceil_div(largest, per_peer);
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     if (rank_ == root) {
@@ -579,8 +581,8 @@ void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
   ++preloads_;
   char* area = segment_.preload_area(rank_, preloads_ & 1);
   bytes = std::min(bytes, preload_capacity());
-  // Only a broadcast root's input streams: a preload is small, and an alltoall's streamed
-  // one ran 1.13-1.25x slower (in-job A/B, 16 KiB); every peer reads the root's area.
+  // Only a root's input (broadcast, scatter) streams: a preload is small, and an alltoall's
+  // streamed one ran 1.13-1.25x slower (in-job A/B, 16 KiB); every peer reads the root's area.
   if (rooted) {
     copy_for_peers(area, input, bytes);
   } else {

@@ -94,7 +94,7 @@ class Transport {
   // rank reads its peers' inputs in place (preloaded(r)) and computes its output
   // with no step of its own: a small collective costs one rendezvous, not two.
   // A rank's input stays readable until the control step after next.
-  // `rooted`: only this rank's input is read, by every peer (broadcast).
+  // `rooted`: only this rank's input is read, by every peer (broadcast, scatter).
   virtual size_t preload_capacity() const { return 0; }
   virtual void preload(const void* /*input*/, size_t /*bytes*/, bool /*rooted*/) {}
   virtual const char* preloaded(int /*rank*/) { return nullptr; }

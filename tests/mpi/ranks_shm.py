@@ -214,7 +214,7 @@ def test_control_messages_larger_than_a_chunk(hvd):
 
 
 PRELOADED = {"SHM_PRELOADED_ALLREDUCE", "SHM_PRELOADED_BCAST", "SHM_PRELOADED_ALLGATHERV", "SHM_PRELOADED_ALLTOALLV",
-             "SHM_PRELOADED_REDUCE_SCATTER"}
+             "SHM_PRELOADED_REDUCE_SCATTER", "SHM_PRELOADED_SCATTERV"}
 
 
 def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
@@ -261,6 +261,11 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
             got = hvd.reducescatter(tall[RANK], op=hvd.Sum, name=f"pre.rs.{count}")
             mine = np.sum(np.stack(tall), axis=0)[start : start + base + (1 if RANK < extra else 0)]
             assert np.array_equal(got, mine), f"reducescatter x{count} step {step}"
+
+            table = [contribution("float64", (count + WORLD) * 3, r).reshape(-1, 3) + step for r in range(WORLD)]
+            got = hvd.scatter(table[RANK], root_rank=root, name=f"pre.sc.{count}.{root}")
+            rows_here = table[root][start : start + base + (1 if RANK < extra else 0)]
+            assert np.array_equal(got, rows_here), f"scatter x{count} from {root} step {step}"
 
     names = ["pre.order.a", "pre.order.b"]
     for step in range(6):
