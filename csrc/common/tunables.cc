@@ -47,10 +47,12 @@ const std::vector<TunableSpec>& tunable_specs() {
        "stores, which skip fetching the lines the readers read last (on one 2-vCPU VM a plain copy into "
        "them ran 3-10x slower in some jobs; on another plain copies were faster in every job); 0: never; "
        "auto: the ranks time both kinds once at start-up, and stream from 16384 where plain is slower"},
-      {"HORO_SHM_SINGLE_COPY_BYTES", "", "16777216",
+      {"HORO_SHM_SINGLE_COPY_BYTES", "", "auto",
        "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
-       "at most 4 ranks, and the root writes the last 1/size of each receiver's buffer itself); 0: never"},
+       "at most 4 ranks, and the root writes the last 1/size of each receiver's buffer itself); 0: never; "
+       "auto: broadcast from 524288 while a host runs no more ranks than cores (else 16777216), gather and "
+       "scatter from 16777216"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
        "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "
        "from one peer (allgather: the largest contribution; alltoall: per pair of ranks); auto: 1048576 "
@@ -191,7 +193,7 @@ Tunables Tunables::from_environment() {
   if (t.shm_small_bytes < 0) t.shm_small_bytes = 0;
   t.shm_preload_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_PRELOAD_BYTES")));
   t.shm_stream_bytes = bytes_or_auto("HORO_SHM_STREAM_BYTES");
-  t.shm_single_copy_bytes = static_cast<int64_t>(number("HORO_SHM_SINGLE_COPY_BYTES"));
+  t.shm_single_copy_bytes = bytes_or_auto("HORO_SHM_SINGLE_COPY_BYTES");
   t.shm_exchange_single_copy_bytes = bytes_or_auto("HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES");
   t.shm_heap_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_HEAP_BYTES")));
   t.shm_allreduce_push_bytes = bytes_or_auto("HORO_SHM_ALLREDUCE_PUSH_BYTES");

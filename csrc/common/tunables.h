@@ -36,7 +36,10 @@ struct Tunables {
   int64_t shm_small_bytes;    // shm allreduce at or below: one step, every rank reduces all
   int64_t shm_preload_bytes;  // cached shm collectives up to this input size ride the control step (0: never)
   int64_t shm_stream_bytes;   // shm copies into a slot from this size: non-temporal stores (0: never, -1: auto)
-  int64_t shm_single_copy_bytes;  // shm rooted moves from this size: receivers read the root's buffer (0: never)
+  // shm gather and scatter from this size: receivers read the root's buffer (0: never), and
+  // broadcast from its own; -1 (auto) is settled at init, as shm_exchange_single_copy_bytes is.
+  int64_t shm_single_copy_bytes = -1;
+  int64_t shm_broadcast_single_copy_bytes = -1;
   // shm allgather/alltoall from this many bytes per peer: every rank reads its peers' buffers (0: never);
   // -1 (auto) is settled at init, from whether this host runs more ranks than cores.
   int64_t shm_exchange_single_copy_bytes = -1;

@@ -96,6 +96,17 @@ void init(int64_t fortran_comm) {
     // at 2 MiB. np=4 on 2 cores: alltoall 4 MiB pairs 0.76, allgather 4 MiB per peer 1.07, 16 MiB 1.01.
     tunables.shm_exchange_single_copy_bytes = oversubscribed ? 4194304 : 1048576;
   }
+  if (tunables.shm_single_copy_bytes < 0) {  // auto
+    // Broadcast: with plain stores into the segment (store_probe.h), reading the root's buffer
+    // directly won from 512 KiB at np=2. Time read directly / through the segment, roots'
+    // inputs written afresh before each call, in-job A/B: 256 KiB 0.78-1.10, 512 KiB 0.69-0.87,
+    // 1 MiB 0.73, 2 MiB 0.70, 4 MiB 0.63, 8 MiB 0.57. np=4 on 2 cores: 1 MiB 1.22, 2-8 MiB
+    // 0.90-0.93. Scatter at np=2: 1.06-1.14 from 1 MiB; gather unmeasured: both stay at 16 MiB.
+    tunables.shm_broadcast_single_copy_bytes = oversubscribed ? 16777216 : 524288;
+    tunables.shm_single_copy_bytes = 16777216;
+  } else {
+    tunables.shm_broadcast_single_copy_bytes = tunables.shm_single_copy_bytes;
+  }
   if (tunables.shm_allreduce_push_bytes < 0) {  // auto
     // The pushes come before the round's last step, the copies out they save after it: where ranks
     // share cores, the last rank to run makes everyone wait longer. A/B in alternating jobs (time pushed / not),

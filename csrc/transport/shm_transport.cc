@@ -59,16 +59,18 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
   // segment's sizes do: ranks whose environments differ must still take the same steps.
   // (Rank 0's choice of stores too, which changes no step, so that every rank probes or none.)
   const int64_t stream = inner_->settings().shm_stream_bytes;
-  uint64_t protocol[5] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
+  uint64_t protocol[6] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
                           inner_->settings().shm_exchange_single_copy_bytes, inner_->settings().shm_allreduce_push_bytes,
-                          stream < 0 ? kAuto : static_cast<uint64_t>(stream)};
-  MPI_Bcast(protocol, 5, MPI_UINT64_T, 0, inner_->comm());
+                          stream < 0 ? kAuto : static_cast<uint64_t>(stream),
+                          inner_->settings().shm_broadcast_single_copy_bytes};
+  MPI_Bcast(protocol, 6, MPI_UINT64_T, 0, inner_->comm());
   small_bytes_ = protocol[0];
   allreduce_push_bytes_ = protocol[3];
   stream_bytes_ = protocol[4] == kAuto ? choose_stream_bytes() : protocol[4];
-  if ((protocol[1] > 0 || protocol[2] > 0) && cross_memory_works(inner_->comm())) {
+  if ((protocol[1] > 0 || protocol[2] > 0 || protocol[5] > 0) && cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = protocol[1];
     exchange_single_copy_bytes_ = protocol[2];
+    broadcast_single_copy_bytes_ = protocol[5];
   }
 }
 
@@ -548,7 +550,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
 
 void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   char* p = static_cast<char*>(buf);
-  if (single_copy(bytes) && size_ <= kMostRanksReadingOneRoot) {
+  if (broadcast_single_copy(bytes) && size_ <= kMostRanksReadingOneRoot) {
     // Each reader copies most of the root's buffer straight into its own; the root, idle
     // otherwise, writes the last 1/size of every reader's (process_vm_writev), which balances
     // their work. In alternating jobs, time with the root's share / without: np=2 0.73-0.81
@@ -562,8 +564,9 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
     finish_reads();
     return;
   }
-  // The root copies pieces in while every reader copies the previous one out: measured
-  // faster than reading the root's buffer directly up to 4 MiB (1 MiB: 83 against 167 us).
+  // The root copies pieces in while every reader copies the previous one out: faster than
+  // reading the root's buffer directly below 512 KiB at np=2, and below 16 MiB where ranks
+  // outnumber cores (bindings.cc, HORO_SHM_SINGLE_COPY_BYTES=auto).
   const size_t per_round = move_piece(bytes);
   const size_t rounds = ceil_div(bytes, per_round);
   for (size_t k = 0; k < rounds; ++k) {

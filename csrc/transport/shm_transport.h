@@ -103,14 +103,17 @@ class ShmTransport : public Transport {
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
-  // Bytes per round of a move (broadcast, allgather, gather) whose largest contribution is `largest`.
+  // Bytes per round of a move (broadcast, allgather, gather, scatter) whose largest part is `largest`.
   size_t move_piece(size_t largest) const;
   // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly. Rooted moves
-  // (broadcast, gather, scatter) compare their whole size; exchanges (allgather, alltoall) the
+  // (gather, scatter; broadcast from its own size) compare their whole size; exchanges (allgather, alltoall) the
   // bytes read from one peer, and from a smaller size: through the segment the root's copy in
   // overlaps the readers' copies out, while in an exchange every rank copies in and out, so
   // reading directly halves each rank's work.
   bool single_copy(size_t bytes) const { return single_copy_bytes_ > 0 && bytes >= single_copy_bytes_; }
+  bool broadcast_single_copy(size_t bytes) const {
+    return broadcast_single_copy_bytes_ > 0 && bytes >= broadcast_single_copy_bytes_;
+  }
   bool exchange_single_copy(size_t bytes) const {
     return exchange_single_copy_bytes_ > 0 && bytes >= exchange_single_copy_bytes_;
   }
@@ -148,6 +151,7 @@ class ShmTransport : public Transport {
   size_t stream_bytes_ = 0;       // 0: plain copies into the slots
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
   size_t exchange_single_copy_bytes_ = 0;
+  size_t broadcast_single_copy_bytes_ = 0;
   size_t allreduce_push_bytes_ = 0;  // allreduce into outputs in the heaps from this size: pushes
   std::string read_error_;
   std::chrono::microseconds spin_{0};
