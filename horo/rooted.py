@@ -2,7 +2,7 @@
 Non-root ranks get None back from gather and reduce."""
 
 from horo import basics, ops, process_sets
-from horo.enqueue import allocated, checked_array, enqueue, returning, tensor_name
+from horo.enqueue import allocated, checked_array, enqueue, plain_call, returning, tensor_name
 from horo.tensors import empty, empty_like
 
 # `waits` below: the blocking calls want the result, returned instead of a handle; unnamed, they
@@ -25,9 +25,13 @@ def gather_async(tensor, root_rank=0, name=None, process_set=None):
     return _gather(tensor, root_rank, name, process_set, False)
 
 
+_plain_gather = plain_call("gather")
+
+
 def gather(tensor, root_rank=0, name=None, process_set=None):
     """On root_rank: every rank's tensor concatenated along the first dimension (which may differ per rank)."""
-    return _gather(tensor, root_rank, name, process_set, True)
+    result = _plain_gather(tensor, name, process_set, root_rank)
+    return result if result is not NotImplemented else _gather(tensor, root_rank, name, process_set, True)
 
 
 def _scatter(tensor, root_rank, name, process_set, waits):
@@ -44,11 +48,15 @@ def scatter_async(tensor, root_rank=0, name=None, process_set=None):
     return _scatter(tensor, root_rank, name, process_set, False)
 
 
+_plain_scatter = plain_call("scatter")
+
+
 def scatter(tensor, root_rank=0, name=None, process_set=None):
     """Rank r receives its share of root_rank's first dimension (the first rows % size ranks one row more).
 
     Every rank passes a tensor of the same shape and dtype; only root_rank's values are read."""
-    return _scatter(tensor, root_rank, name, process_set, True)
+    result = _plain_scatter(tensor, name, process_set, root_rank)
+    return result if result is not NotImplemented else _scatter(tensor, root_rank, name, process_set, True)
 
 
 def _reduce(tensor, root_rank, op, name, prescale_factor, postscale_factor, process_set, waits):

@@ -345,7 +345,8 @@ int plain_dtype_code(PyObject* descr) {
 // Python's checks (horo/enqueue.py) would pass as it is, run without Python's naming, checking
 // and finishing (1.3 us of a 4 KiB call). Anything else returns NotImplemented, and the caller
 // takes the full path, which names any problem and tells the other ranks. Covers the
-// collectives whose output is the core's (allgather; alltoall in even parts; reducescatter),
+// collectives whose output is the core's (allgather; alltoall in even parts; reducescatter;
+// scatter; gather, None but on the root),
 // the input itself (`in_place`: allreduce_, broadcast_) or `output`, an array the caller made
 // like the input (allreduce, broadcast). From horo/enqueue.py's plain_call(): `unnamed`, the
 // name of a call without one, and `default_op`, the op of a call without one.
@@ -379,7 +380,8 @@ py::object run_plain(PyObject* const* args, size_t given) {
   const auto kind = static_cast<CollectiveType>(type);
   const bool covered = kind == CollectiveType::kAllgather || kind == CollectiveType::kAlltoall ||
                        kind == CollectiveType::kBroadcast || kind == CollectiveType::kReducescatter ||
-                       kind == CollectiveType::kAllreduce;
+                       kind == CollectiveType::kAllreduce || kind == CollectiveType::kGather ||
+                       kind == CollectiveType::kScatter;
   if (!covered || (in_place && !collective_output_like_input(kind)) || (array->flags & needs) != needs ||
       array->nd == 0 || dtype < 0 || root_overflow || op_overflow || root_rank != static_cast<int>(root_rank) ||
       op_code != static_cast<int>(op_code) || !op_valid(static_cast<int>(op_code))) {
@@ -418,6 +420,7 @@ py::object run_plain(PyObject* const* args, size_t given) {
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (in_place) return py::reinterpret_borrow<py::object>(tensor);
   if (output_given) return py::reinterpret_borrow<py::object>(output);
+  if (!result.allocated) return py::none();  // a gather's ranks other than the root
   py::dtype input_dtype = py::reinterpret_borrow<py::dtype>(reinterpret_cast<PyObject*>(array->descr));
   return host_array(result.allocated, &input_dtype);
 }
