@@ -25,11 +25,13 @@ def variants(horo, comm, x, size, rank):
 
     full = {m: importlib.import_module(f"horo.{m}")._start
             for m in ("allgather", "alltoall", "broadcast", "reducescatter", "allreduce")}
+    rooted = importlib.import_module("horo.rooted")  # gather, scatter and reduce to root 0: None elsewhere
     n = x.size
     part = n // size
     gathered = np.concatenate([x - rank + r for r in range(size)])
     summed = x * size - rank * size + size * (size - 1) // 2  # x = pattern + rank
     outs = {k: np.empty(n * size if k == "allgather" else n, x.dtype) for k in ("allgather", "alltoall", "allreduce", "rs")}
+    at_root = lambda out: out if rank == 0 else None  # noqa: E731
     b = x.copy()
     return {
         "allgather": ({"lane": lambda: horo.allgather(x, name="ab.ag"), "full": lambda: full["allgather"](x, "ab.ag", None, True),
@@ -48,13 +50,28 @@ def variants(horo, comm, x, size, rank):
         "broadcast_": ({"lane": lambda: horo.broadcast_(b, 0, name="ab.bc"),
                         "full": lambda: full["broadcast"](b, 0, "ab.bc", None, True, True),
                         "mpi4py": lambda: (comm.Bcast(b, 0), b)[1]}, x - rank),  # rank 0's input
+        "gather": ({"lane": lambda: horo.gather(x, 0, name="ab.ga"), "full": lambda: rooted._gather(x, 0, "ab.ga", None, True),
+                    "mpi4py": lambda: (comm.Gather(x, outs["allgather"], root=0), at_root(outs["allgather"]))[1]},
+                   at_root(gathered)),
+        "scatter": ({"lane": lambda: horo.scatter(x, 0, name="ab.sc"), "full": lambda: rooted._scatter(x, 0, "ab.sc", None, True),
+                     "mpi4py": lambda: (comm.Scatter(x, outs["rs"][:part], root=0), outs["rs"][:part])[1]},
+                    (x - rank)[rank * part:(rank + 1) * part]),
+        "reduce": ({"lane": lambda: horo.reduce(x, 0, op=horo.Sum, name="ab.rd"),
+                    "full": lambda: rooted._reduce(x, 0, horo.Sum, "ab.rd", 1.0, 1.0, None, True),
+                    "mpi4py": lambda: (comm.Reduce(x, outs["allreduce"], op=MPI.SUM, root=0), at_root(outs["allreduce"]))[1]},
+                   at_root(summed)),
     }, b
+
+
+def same(got, expected):
+    """A gather's or reduce's ranks other than the root get None."""
+    return got is None if expected is None else np.array_equal(np.asarray(got), expected)
 
 
 def main():
     p = C.base_parser(__doc__.splitlines()[0], reps=15, warmup=5)
     p.add_argument("--sizes", default="4K,16K,64K,256K", help="bytes per rank (float32)")
-    p.add_argument("--only", default="", help="comma-separated collectives (default: all five; broadcast_ in place)")
+    p.add_argument("--only", default="", help="comma-separated collectives (default: all eight; broadcast_ in place)")
     args = C.finish_args(p.parse_args())
     ctx = C.setup(args)
     horo, comm, size, rank = ctx.horo, ctx.comm, ctx.size, ctx.rank
@@ -71,7 +88,7 @@ def main():
                 continue
             for name, call in calls.items():
                 np.copyto(broadcast_buffer, x)  # each broadcast_ checked from this rank's own input
-                if not C.all_ok(comm, np.array_equal(np.asarray(call()), expected)):
+                if not C.all_ok(comm, same(call(), expected)):
                     C.fail(ctx, f"{collective} ({name}) of {C.fmt_bytes(nbytes)} differs from NumPy on some rank")
             times, iters = C.interleaved(comm, calls, args.reps, args.warmup, args.iters, args.target_s)
             us = {k: C.median(v) * 1e6 for k, v in times.items()}

@@ -1,6 +1,8 @@
 """Collectives with a root rank: gather to it, scatter from it, reduce to it.
 Non-root ranks get None back from gather and reduce."""
 
+import numpy as np
+
 from horo import basics, ops, process_sets
 from horo.enqueue import allocated, checked_array, enqueue, plain_call, returning, tensor_name
 from horo.tensors import empty, empty_like
@@ -74,6 +76,14 @@ def reduce_async(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, p
     return _reduce(tensor, root_rank, op, name, prescale_factor, postscale_factor, process_set, False)
 
 
+_plain_reduce = plain_call("reduce", default_op=ops.Average)
+
+
 def reduce(tensor, root_rank=0, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """On root_rank: the reduction (Average by default) of every rank's tensor."""
+    if type(tensor) is np.ndarray:
+        result = _plain_reduce(tensor, name, process_set, root_rank, op, prescale_factor, postscale_factor,
+                               empty_like(tensor))
+        if result is not NotImplemented:
+            return result
     return _reduce(tensor, root_rank, op, name, prescale_factor, postscale_factor, process_set, True)

@@ -3,6 +3,7 @@ exit status, output, seconds from rank 1's death to the launcher's exit, process
 job still alive, and /dev/shm entries the job left behind. Used by tests/test_killed_rank.py
 and scripts/killed_rank_exit_times.py."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +71,7 @@ def run_killed_rank_job(scenario, launcher="mpirun", transport=None, timeout=120
     pids = [int(p.read_text()) for p in piddir.glob("rank*.pid")]
     time.sleep(0.5)  # the launcher's children get a moment to be reaped
     killed_at = float((piddir / "killed_at").read_text()) if (piddir / "killed_at").exists() else None
+    shutil.rmtree(piddir, ignore_errors=True)
     orphans = [pid for pid in pids if _alive(pid)]
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)

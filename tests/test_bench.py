@@ -54,17 +54,17 @@ def test_element_counts_round_to_elements_and_ranks():
     assert sizes.element_count(1024, 4, multiple=3) == 255     # multiple of the rank count
     # 8 B and 16 B of float64 on 2 ranks both round to 2 elements: listed once
     assert sizes.element_counts([8, 16, 32], 8, multiple=2) == [2, 4]
-    for c in ("allgather", "alltoall", "reducescatter"):
+    for c in ("allgather", "alltoall", "reducescatter", "gather", "scatter"):
         assert collectives.count_multiple(c, 4) == 4
-    assert collectives.count_multiple("allreduce", 4) == 1
+    assert collectives.count_multiple("allreduce", 4) == collectives.count_multiple("reduce", 4) == 1
 
 
 @pytest.mark.timeout(120)
 def test_busbw_factors():
     assert collectives.busbw_factor("allreduce", 4) == pytest.approx(1.5)
-    for c in ("allgather", "alltoall", "reducescatter"):
+    for c in ("allgather", "alltoall", "reducescatter", "gather", "scatter"):
         assert collectives.busbw_factor(c, 4) == pytest.approx(0.75)
-    assert collectives.busbw_factor("broadcast", 4) == 1.0
+    assert collectives.busbw_factor("broadcast", 4) == collectives.busbw_factor("reduce", 4) == 1.0
 
 
 @pytest.mark.timeout(120)
@@ -81,6 +81,16 @@ def test_reference_catches_wrong_elements():
     a = collectives.Case("alltoall", 8, np.dtype(np.float32), "Sum", rank=1, n=2)
     b0 = data.pattern(8, 0, np.float64)
     assert np.array_equal(a.expected[:4], b0[4:])
+    # scatter: rank 1 of 2 receives the second half of the root's input
+    s = collectives.Case("scatter", 8, np.dtype(np.float32), "Sum", rank=1, n=2, root=0)
+    assert s.wrong(b0[4:].astype(np.float32)) == 0 and s.wrong(b0[:4].astype(np.float32)) > 0
+    # gather and reduce: the root's result is checked; off the root there must be none (MPI's buffer is not read)
+    for c in ("gather", "reduce"):
+        root = collectives.Case(c, 8, np.dtype(np.float32), "Sum", rank=0, n=2, root=0)
+        other = collectives.Case(c, 8, np.dtype(np.float32), "Sum", rank=1, n=2, root=0)
+        assert root.wrong(root.expected.astype(np.float32)) == 0 and root.wrong(None) > 0
+        assert other.wrong(None) == 0 and other.wrong(np.zeros(8, np.float32)) > 0
+        assert other.wrong(np.zeros(8, np.float32), baseline=True) == 0
 
 
 # --------------------------------------------------------------------------- real 2-rank runs
@@ -139,6 +149,18 @@ def test_collective_two_ranks(collective, tmp_path):
         recs = list(csv.DictReader(f))
     assert [int(r["bytes"]) for r in recs] == [1024, 4096, 16384, 65536]
     assert all(r["wrong"] == "0" and r["variant"] == "horo" and float(r["time_us"]) > 0 for r in recs)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("collective", ("gather", "scatter", "reduce"))
+def test_rooted_collective_against_mpi_from_root_1(collective):
+    proc = run_bench(collective, "-b", "1K", "-e", "64K", "-f", "8", "--iters", "5", "--warmup", "1", "-r", "1",
+                     "--baseline", "--no-progress")
+    assert "root 1" in proc.stdout.splitlines()[0]
+    rows = table_rows(proc.stdout)
+    assert [int(r[0]) for r in rows] == [1024, 8192, 65536]
+    for r in rows:  # ... | horo: 4 cols | mpi: 4 cols | ratio
+        assert int(r[8]) == 0 and int(r[13]) == 0 and float(r[15]) > 0, proc.stdout
 
 
 @pytest.mark.timeout(120)

@@ -40,7 +40,7 @@ void Executor::run(const std::vector<Response>& group, std::vector<TensorEntry>&
     }
     case CollectiveType::kGather: return gather(group.front(), entries.front());
     case CollectiveType::kScatter: return scatter(entries.front(), group.front().preloaded);
-    case CollectiveType::kReduce: return reduce_to_root(entries.front());
+    case CollectiveType::kReduce: return reduce_to_root(entries.front(), group.front().preloaded);
   }
 }
 
@@ -381,9 +381,14 @@ void Executor::scatter(TensorEntry& e, bool preloaded) {
   timeline_.activity(native("MPI_SCATTERV", "SHM_SCATTERV"), t);
 }
 
-void Executor::reduce_to_root(TensorEntry& e) {
+void Executor::reduce_to_root(TensorEntry& e, bool preloaded) {
   const Request& spec = e.request;
   const size_t count = elements(spec.shape);
+  if (preloaded) {  // the root reduces every rank's input as the control step carried it; the others are done
+    if (transport_.rank() != spec.root) return;
+    return reduce_preloaded(e.output, 0, count, spec.dtype, spec.op, final_scale(spec, transport_.size()),
+                            "SHM_PRELOADED_REDUCE");
+  }
   const void* input = e.input;
   if (spec.prescale != 1.0) {
     copy_scaled(spec.dtype, e.output, e.input, count, spec.prescale);

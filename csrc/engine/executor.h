@@ -43,7 +43,7 @@ class Executor {
   // Reducescatter and scatter write this rank's `rows` into the caller's output; an entry given
   // none (`_core.run(..., output=None)`, as allgather's may be) gets one from the core here.
   void allocate_missing_output(TensorEntry& e, size_t rows);
-  void reduce_to_root(TensorEntry& entry);
+  void reduce_to_root(TensorEntry& entry, bool preloaded);
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
   // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank

@@ -381,7 +381,7 @@ py::object run_plain(PyObject* const* args, size_t given) {
   const bool covered = kind == CollectiveType::kAllgather || kind == CollectiveType::kAlltoall ||
                        kind == CollectiveType::kBroadcast || kind == CollectiveType::kReducescatter ||
                        kind == CollectiveType::kAllreduce || kind == CollectiveType::kGather ||
-                       kind == CollectiveType::kScatter;
+                       kind == CollectiveType::kScatter || kind == CollectiveType::kReduce;
   if (!covered || (in_place && !collective_output_like_input(kind)) || (array->flags & needs) != needs ||
       array->nd == 0 || dtype < 0 || root_overflow || op_overflow || root_rank != static_cast<int>(root_rank) ||
       op_code != static_cast<int>(op_code) || !op_valid(static_cast<int>(op_code))) {
@@ -419,6 +419,7 @@ py::object run_plain(PyObject* const* args, size_t given) {
   const HandleTable::Result result = run_entry(entry, tensor, output);
   if (!result.error.empty()) throw CollectiveError(result.error);
   if (in_place) return py::reinterpret_borrow<py::object>(tensor);
+  if (kind == CollectiveType::kReduce && root_rank != g_info.rank) return py::none();  // the root's result alone
   if (output_given) return py::reinterpret_borrow<py::object>(output);
   if (!result.allocated) return py::none();  // a gather's ranks other than the root
   py::dtype input_dtype = py::reinterpret_borrow<py::dtype>(reinterpret_cast<PyObject*>(array->descr));

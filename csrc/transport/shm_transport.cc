@@ -391,7 +391,7 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
     return pushed();
   }
   // Decided on the largest contribution, which every rank knows: the most any rank reads from one peer.
-  if (exchange_single_copy(*std::max_element(byte_counts.begin(), byte_counts.end()))) {
+  if (reads_directly(exchange_single_copy_bytes_, *std::max_element(byte_counts.begin(), byte_counts.end()))) {
     publish_addresses(my);
     for (int i = 1; i < size_; ++i) {  // starting at the next rank: readers spread over the owners
       const int p = (rank_ + i) % size_;
@@ -427,7 +427,7 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
     if (rank_ != root && byte_counts[rank_]) copy_for_peers(outputs_[root] + offset[rank_], my, byte_counts[rank_]);
     return pushed();
   }
-  if (single_copy(total)) {
+  if (reads_directly(single_copy_bytes_, total)) {
     publish_addresses(my);
     for (int p = 0; p < size_ && rank_ == root; ++p) {
       if (p != root) read_from(p, mail(p)[0], out + offset[p], byte_counts[p]);
@@ -456,7 +456,7 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
   const char* in = static_cast<const char*>(input);
   char* my = static_cast<char*>(mine);
   if (rank_ == root && byte_counts[root]) copy_bytes(my, in + offset[root], byte_counts[root]);
-  if (single_copy(offset.back() + byte_counts.back())) {
+  if (reads_directly(single_copy_bytes_, offset.back() + byte_counts.back())) {
     publish_addresses(in);
     if (rank_ != root) read_from(root, mail(root)[0] + offset[rank_], my, byte_counts[rank_]);
     finish_reads();
@@ -496,15 +496,15 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   }
   const size_t per_peer = round_down(chunk_ / size_, kLine);
   // A pair's size is known at both ends (send_bytes[r] here is recv_bytes[rank_] on r), so
-  // both decide alike (exchange_single_copy), without a message, that the receiver reads it from the
-  // sender's input.
+  // both decide alike, without a message, that the receiver reads it from the sender's input.
+  const auto direct = [this](size_t bytes) { return reads_directly(exchange_single_copy_bytes_, bytes); };
   // Only the senders know the sizes of all pairs: round 0 tells everyone how many rounds
   // the pairs through the segment take, and whether any rank reads a peer directly.
   size_t my_rounds = 0;
   bool reads = false;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (exchange_single_copy(send_bytes[r])) {
+    if (direct(send_bytes[r])) {
       reads = true;
     } else {
       my_rounds = std::max(my_rounds, ceil_div(send_bytes[r], per_peer));
@@ -521,7 +521,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
       mail(rank_)[3] = reads ? 1 : 0;
     }
     for (int r = 0; r < size_; ++r) {
-      const size_t n = exchange_single_copy(send_bytes[r]) ? 0 : piece(send_bytes[r], k, per_peer);
+      const size_t n = direct(send_bytes[r]) ? 0 : piece(send_bytes[r], k, per_peer);
       if (r != rank_ && n) copy_for_peers(slot(rank_) + r * per_peer, in + send_at[r] + k * per_peer, n);
     }
     step();
@@ -533,14 +533,14 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
       // Each large piece for this rank starts at its sender's own send offset, read from its memory first.
       for (int i = 1; i < size_; ++i) {
         const int p = (rank_ + i) % size_;  // readers spread over the owners
-        if (!exchange_single_copy(recv_bytes[p])) continue;
+        if (!direct(recv_bytes[p])) continue;
         size_t at = 0;
         read_from(p, mail(p)[2] + rank_ * sizeof(size_t), &at, sizeof(at));
         read_from(p, mail(p)[1] + at, out + recv_at[p], recv_bytes[p]);
       }
     }
     for (int p = 0; p < size_; ++p) {
-      const size_t n = exchange_single_copy(recv_bytes[p]) ? 0 : piece(recv_bytes[p], k, per_peer);
+      const size_t n = direct(recv_bytes[p]) ? 0 : piece(recv_bytes[p], k, per_peer);
       if (p != rank_ && n) copy_bytes(out + recv_at[p] + k * per_peer, slot(p) + rank_ * per_peer, n);
     }
   }
@@ -550,7 +550,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
 
 void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   char* p = static_cast<char*>(buf);
-  if (broadcast_single_copy(bytes) && size_ <= kMostRanksReadingOneRoot) {
+  if (reads_directly(broadcast_single_copy_bytes_, bytes) && size_ <= kMostRanksReadingOneRoot) {
     // Each reader copies most of the root's buffer straight into its own; the root, idle
     // otherwise, writes the last 1/size of every reader's (process_vm_writev), which balances
     // their work. In alternating jobs, time with the root's share / without: np=2 0.73-0.81

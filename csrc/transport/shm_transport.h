@@ -105,18 +105,12 @@ class ShmTransport : public Transport {
   static size_t piece(size_t total, size_t k, size_t per_round);
   // Bytes per round of a move (broadcast, allgather, gather, scatter) whose largest part is `largest`.
   size_t move_piece(size_t largest) const;
-  // Moves of `bytes` (a size every rank agrees on) read peers' buffers directly. Rooted moves
-  // (gather, scatter; broadcast from its own size) compare their whole size; exchanges (allgather, alltoall) the
-  // bytes read from one peer, and from a smaller size: through the segment the root's copy in
-  // overlaps the readers' copies out, while in an exchange every rank copies in and out, so
-  // reading directly halves each rank's work.
-  bool single_copy(size_t bytes) const { return single_copy_bytes_ > 0 && bytes >= single_copy_bytes_; }
-  bool broadcast_single_copy(size_t bytes) const {
-    return broadcast_single_copy_bytes_ > 0 && bytes >= broadcast_single_copy_bytes_;
-  }
-  bool exchange_single_copy(size_t bytes) const {
-    return exchange_single_copy_bytes_ > 0 && bytes >= exchange_single_copy_bytes_;
-  }
+  // Whether a move of `bytes` (a size every rank agrees on) reads peers' buffers directly, from
+  // `threshold` (0: never). Rooted moves (gather, scatter: single_copy_bytes_; broadcast: its own)
+  // compare their whole size; exchanges (allgather, alltoall) the bytes read from one peer, and
+  // from a smaller size: through the segment the root's copy in overlaps the readers' copies
+  // out, while in an exchange every rank copies in and out, so reading directly halves each rank's work.
+  static bool reads_directly(size_t threshold, size_t bytes) { return threshold > 0 && bytes >= threshold; }
   // Publishes `address` (and `extra`) in this rank's mailbox; returns once every rank has.
   void publish_addresses(const void* address, const void* extra = nullptr);
   // One step in which every rank says where `output` lies in its heap (and, with

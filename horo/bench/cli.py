@@ -36,7 +36,7 @@ def build_parser():
     p.add_argument("-o", "--op", default="sum", help="reduction op: sum, avg, min, max, prod (default sum)")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations per size (default 5)")
-    p.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast (default 0)")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast, gather, scatter and reduce (default 0)")
     p.add_argument("--algo", choices=("ring", "mpi", "auto"), default=None,
                    help="horo's algorithm: sets HORO_ALLREDUCE_ALGO/HORO_ALLGATHER_ALGO/HORO_REDUCESCATTER_ALGO")
     p.add_argument("--baseline", action="store_true", help="also time MPI's own collective (mpi4py); adds a ratio column")
@@ -102,7 +102,7 @@ def main(argv=None):
 
     say(f"# horo-bench {args.collective}: {n} ranks, dtype {dtype.name}, op {op_label}, "
         f"iters {args.iters}, warmup {args.warmup}, algo {args.algo or 'default'}"
-        + (f", root {args.root}" if args.collective == "broadcast" else ""))
+        + (f", root {args.root}" if args.collective in collectives.ROOTED else ""))
     say(f"# time: median over iterations of the slowest rank; busbw = algbw * {factor:g}")
     say(table.header(variants, args.baseline))
 

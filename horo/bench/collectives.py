@@ -1,26 +1,28 @@
 """One spec per collective: bus-bandwidth factor, input/expected data, the horo call and
 MPI's own (mpi4py) call. `count` is the element count of the buffer the size refers to,
-as in nccl-tests: allreduce/broadcast the tensor, allgather the gathered output,
-reducescatter the input, alltoall each rank's send buffer."""
+as in nccl-tests: allreduce/broadcast/reduce the tensor, allgather/gather the gathered output,
+reducescatter the input, alltoall each rank's send buffer, scatter the root's."""
 import numpy as np
 
 from horo.bench import data
 
-NAMES = ("allreduce", "broadcast", "allgather", "alltoall", "reducescatter")
-REDUCING = ("allreduce", "reducescatter")
+NAMES = ("allreduce", "broadcast", "allgather", "alltoall", "reducescatter", "gather", "scatter", "reduce")
+REDUCING = ("allreduce", "reducescatter", "reduce")
+ROOTED = ("broadcast", "gather", "scatter", "reduce")
+SHARED = ("allgather", "alltoall", "reducescatter", "gather", "scatter")  # the size is split in equal shares
 
 
 def busbw_factor(collective, n):
     if collective == "allreduce":
         return 2.0 * (n - 1) / n
-    if collective in ("allgather", "reducescatter", "alltoall"):
+    if collective in SHARED:
         return (n - 1) / n
     return 1.0
 
 
 def count_multiple(collective, n):
     """Element counts must be multiples of this (equal shares per rank)."""
-    return n if collective in ("allgather", "alltoall", "reducescatter") else 1
+    return n if collective in SHARED else 1
 
 
 class Case:
@@ -32,7 +34,7 @@ class Case:
         self.name = f"horo_bench.{collective}.{dtype.name}.{op}.{count}"
         op_data = op if collective in REDUCING else "Sum"
         share = count // n
-        if collective == "allreduce":
+        if collective in ("allreduce", "reduce"):
             self.input = data.pattern(count, rank, dtype, op_data)
             self.expected = data.reduced(count, n, dtype, op)
         elif collective == "reducescatter":
@@ -41,9 +43,12 @@ class Case:
         elif collective == "broadcast":
             self.input = data.pattern(count, rank, dtype)
             self.expected = data.pattern(count, root, np.float64)
-        elif collective == "allgather":
+        elif collective in ("allgather", "gather"):
             self.input = data.pattern(share, rank, dtype)
             self.expected = np.concatenate([data.pattern(share, r, np.float64) for r in range(n)])
+        elif collective == "scatter":
+            self.input = data.pattern(count, rank, dtype)  # only the root's is read
+            self.expected = data.pattern(share, root, np.float64, offset=rank * share)
         elif collective == "alltoall":
             self.input = data.pattern(count, rank, dtype)
             self.expected = np.concatenate(
@@ -52,16 +57,20 @@ class Case:
             raise ValueError(f"unknown collective {collective!r}")
         self.check_op = op if collective in REDUCING else "Sum"
         self.out_count = self.expected.size
+        # gather and reduce leave the other ranks without a result (horo returns None)
+        self.receives = collective not in ("gather", "reduce") or rank == root
 
     def nbytes(self):
         return self.count * self.dtype.itemsize
 
     def wrong(self, out, baseline=False):
+        if not self.receives:
+            return 0 if baseline or out is None else max(np.asarray(out).size, 1)
         # MPI has no Average: the baseline sums, and is checked against the sum
         op = "Sum" if baseline and self.check_op == "Average" else self.check_op
         expected = self.expected
         if op != self.check_op:
-            expected = (data.reduced(self.count, self.n, np.float64, "Sum") if self.collective == "allreduce"
+            expected = (data.reduced(self.count, self.n, np.float64, "Sum") if self.collective != "reducescatter"
                         else data.reduced(self.count // self.n, self.n, np.float64, "Sum",
                                           offset=self.rank * (self.count // self.n)))
         return data.count_wrong(out, expected, self.dtype, op)
@@ -81,6 +90,12 @@ class Case:
             return lambda: horo.broadcast_(buf, root_rank=self.root, name=name)
         if c == "allgather":
             return lambda: horo.allgather(x, name=name)
+        if c == "gather":
+            return lambda: horo.gather(x, root_rank=self.root, name=name)
+        if c == "scatter":
+            return lambda: horo.scatter(x, root_rank=self.root, name=name)
+        if c == "reduce":
+            return lambda: horo.reduce(x, root_rank=self.root, op=op, name=name)
         return lambda: horo.alltoall(x, name=name)
 
     # ------------------------------------------------------------------ MPI baseline
@@ -98,6 +113,9 @@ class Case:
             if c == "allreduce":
                 comm.Allreduce(x, out, op=mpi_op)   # probe: raises here if the dtype is unsupported
                 return (lambda: comm.Allreduce(x, out, op=mpi_op)), out
+            if c == "reduce":
+                comm.Reduce(x, out, op=mpi_op, root=self.root)
+                return (lambda: comm.Reduce(x, out, op=mpi_op, root=self.root)), out
             if hasattr(comm, "Reduce_scatter_block"):
                 comm.Reduce_scatter_block(x, out, op=mpi_op)
                 return (lambda: comm.Reduce_scatter_block(x, out, op=mpi_op)), out
@@ -113,5 +131,10 @@ class Case:
         if c == "allgather":
             ob = [out, x.nbytes, MPI.BYTE]   # recv count is per rank
             return (lambda: comm.Allgather(xb, ob)), out
+        if c == "gather":
+            ob = [out, x.nbytes, MPI.BYTE]
+            return (lambda: comm.Gather(xb, ob, root=self.root)), out
         per = x.nbytes // self.n
+        if c == "scatter":
+            return (lambda: comm.Scatter([x, per, MPI.BYTE], [out, per, MPI.BYTE], root=self.root)), out
         return (lambda: comm.Alltoall([x, per, MPI.BYTE], [out, per, MPI.BYTE])), out

@@ -360,16 +360,42 @@ def test_the_common_blocking_call_goes_to_the_core_in_one_call_and_agrees_with_t
     assert lanes["broadcast"]._plain_in_place(y, None, None, root) is y, "the common broadcast_ took the full path"
     assert_same(y, data("plain", "float32", (2 * size, 3), root), "broadcast_, the core's lane")
 
+    # gather, scatter and reduce: the root's result; the others get None from gather and reduce, as on the full path.
+    rooted = importlib.import_module("horo.rooted")
+    for what, (lane, full) in {
+        "gather": (lambda a: rooted._plain_gather(a, "plain.lane", None, root),
+                   lambda a: hvd.gather(a, root, name="plain.full")),
+        "scatter": (lambda a: rooted._plain_scatter(a, "plain.lane", None, root),
+                    lambda a: hvd.scatter(a, root, name="plain.full")),
+        "reduce, Max": (lambda a: rooted._plain_reduce(a, "plain.lane", None, root, hvd.Max, 1.0, 1.0, empty_like(a)),
+                        lambda a: hvd.reduce(a, root, op=hvd.Max, name="plain.full")),
+        "reduce, 64 KiB, scaled": (lambda a: rooted._plain_reduce(big, "plain.lane", None, 0, hvd.Sum, 1.0, 2.0,
+                                                                  empty_like(big)),
+                                   lambda a: hvd.reduce(big.view(_Subclass), 0, op=hvd.Sum, name="plain.full",
+                                                        postscale_factor=2.0)),
+    }.items():
+        fast, slow = lane(x.copy()), full(x.copy().view(_Subclass))
+        assert fast is not NotImplemented, f"the common {what} took the full path"
+        if slow is None:
+            assert fast is None, f"{what}: a result off the root, {fast!r}"
+        else:
+            assert_same(np.asarray(fast), np.asarray(slow), f"{what}: the core's lane against the full path")
+    assert rooted._plain_reduce(x, None, None, root, None, 1.0, 1.0, None) is NotImplemented, "a reduce without an output"
+
     # The public functions take the lane for a plain array: none enters its module's full path.
     def full_path(*args):
         raise AssertionError(f"the full path was taken: _start{args[:1]}...")
 
     for module in lanes.values():
         monkeypatch.setattr(module, "_start", full_path)
+    for rooted_start in ("_gather", "_scatter", "_reduce"):
+        monkeypatch.setattr(rooted, rooted_start, full_path)
     for call in (lambda: hvd.allgather(x), lambda: hvd.alltoall(x), lambda: hvd.reducescatter(x),
                  lambda: hvd.reducescatter(x, op=hvd.Sum, prescale_factor=2.0), lambda: hvd.allreduce(x),
                  lambda: hvd.allreduce(big, op=hvd.Min), lambda: hvd.allreduce_(x.copy(), name="in place"),
-                 lambda: hvd.broadcast(x, root), lambda: hvd.broadcast(big, 0), lambda: hvd.broadcast_(x.copy(), 0)):
+                 lambda: hvd.broadcast(x, root), lambda: hvd.broadcast(big, 0), lambda: hvd.broadcast_(x.copy(), 0),
+                 lambda: hvd.gather(x, root), lambda: hvd.scatter(x, 0), lambda: hvd.reduce(x, root),
+                 lambda: hvd.reduce(big, 0, op=hvd.Sum, prescale_factor=2.0)):
         call()
 
 
@@ -385,6 +411,13 @@ def test_ranks_on_the_lane_and_ranks_on_the_full_path_meet_in_one_collective(hvd
     assert_same(np.asarray(hvd.allgather(mine)), np.concatenate(inputs), "allgather, mixed paths")
     assert_same(np.asarray(hvd.broadcast(mine, size - 1)), inputs[size - 1], "broadcast, mixed paths")
     assert_same(np.asarray(hvd.broadcast_(mine.copy(), 0)), inputs[0], "broadcast_, mixed paths")
+    assert_same(np.asarray(hvd.scatter(mine, 0)), inputs[0][2 * rank:2 * rank + 2], "scatter, mixed paths")
+    for name, got, expected in (("gather", hvd.gather(mine, size - 1), np.concatenate(inputs)),
+                                ("reduce", hvd.reduce(mine, size - 1, op=hvd.Max), np.max(inputs, axis=0))):
+        if rank == size - 1:
+            assert_same(np.asarray(got), expected, f"{name}, mixed paths")
+        else:
+            assert got is None, f"{name}, mixed paths: a result off the root"
     alltoall = np.asarray(hvd.alltoall(mine))
     assert_same(alltoall, np.concatenate([inputs[r][2 * rank:2 * rank + 2] for r in range(size)]), "alltoall, mixed paths")
     for name, call in (("allreduce", lambda: hvd.allreduce(mine, op=hvd.Max)),

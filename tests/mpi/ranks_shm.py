@@ -214,7 +214,7 @@ def test_control_messages_larger_than_a_chunk(hvd):
 
 
 PRELOADED = {"SHM_PRELOADED_ALLREDUCE", "SHM_PRELOADED_BCAST", "SHM_PRELOADED_ALLGATHERV", "SHM_PRELOADED_ALLTOALLV",
-             "SHM_PRELOADED_REDUCE_SCATTER", "SHM_PRELOADED_SCATTERV"}
+             "SHM_PRELOADED_REDUCE_SCATTER", "SHM_PRELOADED_SCATTERV", "SHM_PRELOADED_REDUCE"}
 
 
 def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
@@ -243,6 +243,9 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
             root = (step // 2 + count) % WORLD  # each name twice in a row: the second is a cache hit
             got = hvd.broadcast(inputs[RANK], root_rank=root, name=f"pre.bc.{count}.{root}")
             assert np.array_equal(got, inputs[root]), f"broadcast x{count} from {root} step {step}"
+            got = hvd.reduce(inputs[RANK], root_rank=root, op=hvd.Sum, name=f"pre.rd.{count}.{root}")
+            total = np.add.reduce(np.stack(inputs), axis=0)
+            assert (got is None) if RANK != root else got.tobytes() == total.tobytes(), f"reduce x{count} to {root} step {step}"
 
             rows = [count + r for r in range(WORLD)]
             blocks = [np.arange(rows[r] * 2, dtype=np.int32).reshape(rows[r], 2) + 1000 * r + step for r in range(WORLD)]
