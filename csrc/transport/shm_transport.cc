@@ -175,9 +175,20 @@ size_t ShmTransport::piece(size_t total, size_t k, size_t per_round) {
   return start >= total ? 0 : std::min(per_round, total - start);
 }
 
-void ShmTransport::step() {
+bool ShmTransport::arrive() {
   const uint64_t seq = ++seq_;
   segment_.state(rank_).seq.store(seq, std::memory_order_seq_cst);
+  // Only the last to arrive wakes the sleepers: the others would wake them to find the step
+  // still short (with more ranks than cores, a wasted switch onto a core a late rank needs).
+  // Stores and loads are seq_cst, so the rank whose store comes last sees every other one.
+  for (int p = 0; p < size_; ++p) {
+    if (segment_.state(p).seq.load(std::memory_order_seq_cst) < seq) return false;
+  }
+  ring(segment_.bell());
+  return true;
+}
+
+void ShmTransport::await_step(uint64_t seq) {
   int next = 0;  // peers before it have arrived: not polled again
   auto everyone_here = [&] {
     for (; next < size_; ++next) {
@@ -185,13 +196,7 @@ void ShmTransport::step() {
     }
     return true;
   };
-  // Only the last to arrive wakes the sleepers: the others would wake them to find the step
-  // still short (with more ranks than cores, a wasted switch onto a core a late rank needs).
-  // Stores and loads are seq_cst, so the rank whose store comes last sees every other one.
-  if (everyone_here()) {
-    ring(segment_.bell());
-    return;
-  }
+  if (everyone_here()) return;
   // A local peer may be held up by the network (the cross-host step of a hierarchical
   // collective): the deadline finds out whether its host, or another, is still there.
   if (spin_for(everyone_here, spin_, spin_yields_)) return;
@@ -424,8 +429,10 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   // takes one step through the segment rather than two (np=2, 4 KiB: 6-11 us against 8-12).
   const size_t total = offset.back() + byte_counts.back();
   if (heap_.enabled() && total >= kPushGatherFrom && outputs_in_heaps(out, rank_ == root ? total : 0)) {
-    if (rank_ != root && byte_counts[rank_]) copy_for_peers(outputs_[root] + offset[rank_], my, byte_counts[rank_]);
-    return pushed();
+    if (rank_ == root) return pushed();
+    if (byte_counts[rank_]) copy_for_peers(outputs_[root] + offset[rank_], my, byte_counts[rank_]);
+    begin_round();
+    return step_without_waiting();
   }
   if (reads_directly(single_copy_bytes_, total)) {
     publish_addresses(my);
@@ -442,8 +449,11 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
     begin_round();
     const size_t n = piece(byte_counts[rank_], k, per_round);
     if (rank_ != root && n) copy_for_peers(slot(rank_), my + k * per_round, n);
+    if (rank_ != root) {
+      k + 1 < rounds ? step() : step_without_waiting();  // a sender's last piece is in: nothing left to wait for
+      continue;
+    }
     step();
-    if (rank_ != root) continue;
     for (int p = 0; p < size_; ++p) {
       const size_t pn = piece(byte_counts[p], k, per_round);
       if (p != root && pn) copy_bytes(out + offset[p] + k * per_round, slot(p), pn);

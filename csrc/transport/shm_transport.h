@@ -82,10 +82,27 @@ class ShmTransport : public Transport {
   // Rounds alternate between the two halves of every slot: a rank may fill
   // half h again only after a step of the round in between, which every
   // peer reaches after it has finished reading half h.
-  void begin_round() { half_ = static_cast<int>(rounds_++ & 1); }
+  void begin_round() {
+    if (unawaited_) await_step(std::exchange(unawaited_, 0));
+    half_ = static_cast<int>(rounds_++ & 1);
+  }
   // This rank has published (or finished reading) what the round needs:
   // announce it, then wait until every peer has said the same.
-  void step();
+  void step() {
+    if (!arrive()) await_step(seq_);
+    unawaited_ = 0;  // every rank is past it too
+  }
+  // A collective's last step where this rank needs nothing from its peers (a gather's sender
+  // after its push): announce it and go on; the next round waits for it, by when the peers
+  // are usually long past. With more ranks than cores a sender that waited here slept, and
+  // the wake-up came late (np=4 on 2 cores, 1 MiB gather: the senders' calls took 2x the root's).
+  void step_without_waiting() {
+    if (!arrive()) unawaited_ = seq_;
+  }
+  // Announces this rank at the next step; true (and wakes the sleepers) when it is the last.
+  bool arrive();
+  // Returns once every rank has arrived at step `seq`.
+  void await_step(uint64_t seq);
   void fail_if_a_peer_died();
   // Point-to-point (the ring, a hierarchical step) runs over MPI, whose messages
   // move only while both ends call into MPI: a rank that waits here pokes it every
@@ -152,6 +169,7 @@ class ShmTransport : public Transport {
   bool spin_yields_ = true;
   // Atomic: the background thread reads it (peers_ahead) while a caller may run a cycle.
   std::atomic<uint64_t> seq_{0};
+  uint64_t unawaited_ = 0;  // a step this rank left without waiting (step_without_waiting)
   uint64_t rounds_ = 0;
   uint64_t preloads_ = 0;  // cycles: preload() calls
   int half_ = 0;

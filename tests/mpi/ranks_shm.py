@@ -205,6 +205,34 @@ def test_reducescatter_gather_scatter_reduce(hvd):
             assert np.array_equal(got, total), f"reduce x{count}"
 
 
+def test_senders_that_leave_a_rooted_collective_early_meet_the_next_one(hvd):
+    """A gather's senders (and the root of a broadcast or scatter through the segment) leave its
+    last step without waiting for their peers (ShmTransport::step_without_waiting); the next round
+    they take waits for it instead. Back to back with other collectives, one rank or another held
+    up before each gather, fresh data every time: every result exact on every rank."""
+    for i in range(24):
+        root, late = i % WORLD, (i // 2) % WORLD
+        for count in (5, 3000, 20011):  # 20011 int64: past 64 KiB in all, the gather pushes into the root's output
+            inputs = [np.arange(count, dtype=np.int64) * (r + 1) + 1000 * i for r in range(WORLD)]
+            if RANK == late:
+                time.sleep(0.002)
+            got = hvd.gather(inputs[RANK], root_rank=root, name=f"early.ga.{count}.{root}")
+            if RANK == root:
+                assert np.array_equal(got, np.concatenate(inputs)), f"gather x{count} to {root}, call {i}"
+            else:
+                assert got is None, f"gather x{count}: a result off the root"
+            other = (root + 1) % WORLD
+            got = hvd.broadcast(inputs[RANK], root_rank=other, name=f"early.bc.{count}.{other}")
+            assert np.array_equal(got, inputs[other]), f"broadcast x{count} from {other}, call {i}"
+            whole = np.concatenate(inputs)
+            got = hvd.scatter(whole, root_rank=root, name=f"early.sc.{count}.{root}")
+            base, extra = divmod(len(whole), WORLD)
+            start = RANK * base + min(RANK, extra)
+            assert np.array_equal(got, whole[start:start + base + (1 if RANK < extra else 0)]), f"scatter x{count}, call {i}"
+            got = hvd.allgather(inputs[RANK][: count % 7 + 1], name=f"early.ag.{count}")
+            assert np.array_equal(got, np.concatenate([x[: count % 7 + 1] for x in inputs])), f"allgather x{count}, call {i}"
+
+
 def test_control_messages_larger_than_a_chunk(hvd):
     """Hundreds of new long names in one cycle: requests and responses span several rounds."""
     names = [f"control.{'x' * 200}.{i}" for i in range(300)]
