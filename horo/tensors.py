@@ -1,4 +1,6 @@
 """Turning what callers pass into a buffer the core can use, or saying why not."""
+import math
+
 import numpy as np
 
 from horo.errors import HoroValueError
@@ -40,18 +42,22 @@ def address(array):
 
 
 def empty(shape, dtype, like):
-    """An uninitialised array of `shape` and `dtype` in the same memory as `like` (host or GPU)."""
+    """An uninitialised output of `shape` and `dtype` in the same memory as `like` (host or GPU).
+    On the host, from 64 KiB up it comes from the core: its shared-memory heap, where the
+    host's peers write their results straight into it (allreduce np=2, 128-512 KiB: 0.86-0.92
+    of the time of a NumPy-made output), else its buffer pool, whose recycled buffers are
+    already mapped where a fresh one takes a page fault per 4 KiB on first touch."""
     if isinstance(like, cuda_arrays.CudaBuffer):
         return cuda_arrays.empty(shape, dtype, like)
-    return np.empty(shape, dtype=dtype)
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < (64 << 10):
+        return np.empty(shape, dtype=dtype)
+    return _core.empty(nbytes).view(dtype).reshape(shape)
 
 
 def empty_like(array):
-    """An uninitialised output like `array`. From 64 KiB up it comes from the core:
-    its shared-memory heap, where the host's peers write their results straight
-    into it (allreduce np=2, 128-512 KiB: 0.86-0.92 of the time of a NumPy-made
-    output), else its buffer pool, whose recycled buffers are already mapped
-    where a fresh one takes a page fault per 4 KiB on first touch."""
+    """An uninitialised output like `array` (see empty; every call's path: no more than it needs)."""
     if isinstance(array, cuda_arrays.CudaBuffer):
         return cuda_arrays.empty(array.shape, array.dtype, array)
     if array.nbytes < (64 << 10):

@@ -108,11 +108,12 @@ void Executor::allreduce(std::vector<TensorEntry>& entries, bool preloaded) {
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
-void Executor::allocate_missing_output(TensorEntry& e, size_t rows) {
+void Executor::allocate_missing_output(TensorEntry& e, size_t rows, bool shared) {
   auto out = std::make_shared<AllocatedOutput>();
   out->shape = e.request.shape.empty() ? std::vector<int64_t>{1} : e.request.shape;
   out->shape[0] = static_cast<int64_t>(rows);
-  out->bytes.resize(elements(out->shape) * dtype_size(e.request.dtype));
+  const size_t bytes = elements(out->shape) * dtype_size(e.request.dtype);
+  out->bytes.resize(bytes, shared ? shared_output_(bytes) : nullptr);
   e.output = out->bytes.data();
   e.allocated = std::move(out);
 }
@@ -367,7 +368,7 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
 void Executor::scatter(TensorEntry& e, bool preloaded) {
   const int n = transport_.size(), me = transport_.rank();
   const std::vector<size_t> rows = split_rows(e.request.shape[0], n);
-  if (!e.output) allocate_missing_output(e, rows[me]);
+  if (!e.output) allocate_missing_output(e, rows[me], !preloaded);  // where the root may write into it
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   const int64_t t = timeline_.activity_start();
   if (preloaded) {  // this rank's rows, straight from the root's input

@@ -41,8 +41,9 @@ class Executor {
   void gather(const Response& agreed, TensorEntry& entry);
   void scatter(TensorEntry& entry, bool preloaded);
   // Reducescatter and scatter write this rank's `rows` into the caller's output; an entry given
-  // none (`_core.run(..., output=None)`, as allgather's may be) gets one from the core here.
-  void allocate_missing_output(TensorEntry& e, size_t rows);
+  // none (`_core.run(..., output=None)`, as allgather's may be) gets one from the core here
+  // (`shared`: from the transport's output allocator, where peers may write into it).
+  void allocate_missing_output(TensorEntry& e, size_t rows, bool shared = false);
   void reduce_to_root(TensorEntry& entry, bool preloaded);
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);

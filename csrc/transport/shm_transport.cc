@@ -20,7 +20,9 @@ namespace horo {
 namespace {
 
 constexpr size_t kLine = 64;
-constexpr size_t kPushGatherFrom = 64 * 1024;
+// A gather or scatter from this size writes straight into the root's (receivers') outputs where they
+// lie in the heaps; a smaller one takes one step through the segment rather than two.
+constexpr size_t kPushRootedFrom = 64 * 1024;
 constexpr uint64_t kAuto = ~uint64_t(0);
 // Where streaming stores win (store_probe.h), copies from this size use them; below it a copy
 // is a few lines, which a plain store fetches quickly enough.
@@ -428,7 +430,7 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   // Only the root's output matters: the others' are empty, which is anywhere. A small gather
   // takes one step through the segment rather than two (np=2, 4 KiB: 6-11 us against 8-12).
   const size_t total = offset.back() + byte_counts.back();
-  if (heap_.enabled() && total >= kPushGatherFrom && outputs_in_heaps(out, rank_ == root ? total : 0)) {
+  if (heap_.enabled() && total >= kPushRootedFrom && outputs_in_heaps(out, rank_ == root ? total : 0)) {
     if (rank_ == root) return pushed();
     if (byte_counts[rank_]) copy_for_peers(outputs_[root] + offset[rank_], my, byte_counts[rank_]);
     begin_round();
@@ -466,7 +468,17 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
   const char* in = static_cast<const char*>(input);
   char* my = static_cast<char*>(mine);
   if (rank_ == root && byte_counts[root]) copy_bytes(my, in + offset[root], byte_counts[root]);
-  if (reads_directly(single_copy_bytes_, offset.back() + byte_counts.back())) {
+  const size_t total = offset.back() + byte_counts.back();
+  // Where every receiver's output lies in its heap, the root writes each one's rows straight into
+  // it: one copy, and the receivers have nothing to do but wait for it. (The root's own is anywhere.)
+  if (heap_.enabled() && total >= kPushRootedFrom && outputs_in_heaps(my, rank_ == root ? 0 : byte_counts[rank_])) {
+    for (int i = 1; i < size_ && rank_ == root; ++i) {
+      const int r = (root + i) % size_;
+      if (byte_counts[r]) copy_for_peers(outputs_[r], in + offset[r], byte_counts[r]);
+    }
+    return pushed();
+  }
+  if (reads_directly(single_copy_bytes_, total)) {
     publish_addresses(in);
     if (rank_ != root) read_from(root, mail(root)[0] + offset[rank_], my, byte_counts[rank_]);
     finish_reads();
