@@ -50,7 +50,9 @@ class ShmTransport : public Transport {
     return native_allreduce_scaled(input, output, count, dtype, op, 1.0);
   }
   bool native_allreduce_scaled(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
-                               double scale) override;
+                               double scale) override {
+    return reduce_for(input, output, count, dtype, op, scale, kEveryRank);
+  }
   bool native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts, DataType dtype,
                              ReduceOp op) override;
   void native_allgatherv(const void* mine, void* output, const std::vector<size_t>& byte_counts) override;
@@ -79,6 +81,10 @@ class ShmTransport : public Transport {
   void set_caller_cycles(bool on) override { segment_.state(rank_).caller_cycles.store(on ? 1 : 0); }
 
  private:
+  // Allreduce (root: kEveryRank) or reduce to `root`, whose peers then skip the all-gather
+  // and need not wait for the last step.
+  static constexpr int kEveryRank = -1;
+  bool reduce_for(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale, int root);
   // Rounds alternate between the two halves of every slot: a rank may fill
   // half h again only after a step of the round in between, which every
   // peer reaches after it has finished reading half h.

@@ -206,10 +206,10 @@ def test_reducescatter_gather_scatter_reduce(hvd):
 
 
 def test_senders_that_leave_a_rooted_collective_early_meet_the_next_one(hvd):
-    """A gather's senders (and the root of a broadcast or scatter through the segment) leave its
-    last step without waiting for their peers (ShmTransport::step_without_waiting); the next round
-    they take waits for it instead. Back to back with other collectives, one rank or another held
-    up before each gather, fresh data every time: every result exact on every rank."""
+    """A gather's senders and a reduce's non-roots leave its last step without waiting for their
+    peers (ShmTransport::step_without_waiting); the next round they take waits for it instead.
+    Back to back with other collectives, one rank or another held up before each gather, fresh
+    data every time: every result exact on every rank."""
     for i in range(24):
         root, late = i % WORLD, (i // 2) % WORLD
         for count in (5, 3000, 20011):  # 20011 int64: past 64 KiB in all, the gather pushes into the root's output
@@ -231,6 +231,9 @@ def test_senders_that_leave_a_rooted_collective_early_meet_the_next_one(hvd):
             assert np.array_equal(got, whole[start:start + base + (1 if RANK < extra else 0)]), f"scatter x{count}, call {i}"
             got = hvd.allgather(inputs[RANK][: count % 7 + 1], name=f"early.ag.{count}")
             assert np.array_equal(got, np.concatenate([x[: count % 7 + 1] for x in inputs])), f"allgather x{count}, call {i}"
+            got = hvd.reduce(inputs[RANK], root_rank=other, op=hvd.Sum, name=f"early.rd.{count}.{other}")
+            if RANK == other:
+                assert np.array_equal(got, np.sum(inputs, axis=0)), f"reduce x{count} to {other}, call {i}"
 
 
 def test_control_messages_larger_than_a_chunk(hvd):
