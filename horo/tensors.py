@@ -51,15 +51,20 @@ def empty(shape, dtype, like):
         return cuda_arrays.empty(shape, dtype, like)
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < (64 << 10):
-        return np.empty(shape, dtype=dtype)
-    return _core.empty(nbytes).view(dtype).reshape(shape)
+    return np.empty(shape, dtype=dtype) if nbytes < _CORE_OUTPUTS_FROM else _core_output(nbytes, dtype, shape)
 
 
 def empty_like(array):
     """An uninitialised output like `array` (see empty; every call's path: no more than it needs)."""
     if isinstance(array, cuda_arrays.CudaBuffer):
         return cuda_arrays.empty(array.shape, array.dtype, array)
-    if array.nbytes < (64 << 10):
+    if array.nbytes < _CORE_OUTPUTS_FROM:
         return np.empty_like(array)
-    return _core.empty(array.nbytes).view(array.dtype).reshape(array.shape)
+    return _core_output(array.nbytes, array.dtype, array.shape)
+
+
+_CORE_OUTPUTS_FROM = 64 << 10
+
+
+def _core_output(nbytes, dtype, shape):
+    return _core.empty(nbytes).view(dtype).reshape(shape)

@@ -177,21 +177,21 @@ size_t ShmTransport::piece(size_t total, size_t k, size_t per_round) {
   return start >= total ? 0 : std::min(per_round, total - start);
 }
 
-bool ShmTransport::arrive() {
+int ShmTransport::arrive() {
   const uint64_t seq = ++seq_;
   segment_.state(rank_).seq.store(seq, std::memory_order_seq_cst);
   // Only the last to arrive wakes the sleepers: the others would wake them to find the step
   // still short (with more ranks than cores, a wasted switch onto a core a late rank needs).
   // Stores and loads are seq_cst, so the rank whose store comes last sees every other one.
   for (int p = 0; p < size_; ++p) {
-    if (segment_.state(p).seq.load(std::memory_order_seq_cst) < seq) return false;
+    if (segment_.state(p).seq.load(std::memory_order_seq_cst) < seq) return p;
   }
   ring(segment_.bell());
-  return true;
+  return size_;
 }
 
-void ShmTransport::await_step(uint64_t seq) {
-  int next = 0;  // peers before it have arrived: not polled again
+void ShmTransport::await_step(uint64_t seq, int from) {
+  int next = from;  // peers before it have arrived: not polled again
   auto everyone_here = [&] {
     for (; next < size_; ++next) {
       if (segment_.state(next).seq.load(std::memory_order_seq_cst) < seq) return false;
@@ -440,10 +440,8 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   // takes one step through the segment rather than two (np=2, 4 KiB: 6-11 us against 8-12).
   const size_t total = offset.back() + byte_counts.back();
   if (heap_.enabled() && total >= kPushRootedFrom && outputs_in_heaps(out, rank_ == root ? total : 0)) {
-    if (rank_ == root) return pushed();
-    if (byte_counts[rank_]) copy_for_peers(outputs_[root] + offset[rank_], my, byte_counts[rank_]);
-    begin_round();
-    return step_without_waiting();
+    if (rank_ != root && byte_counts[rank_]) copy_for_peers(outputs_[root] + offset[rank_], my, byte_counts[rank_]);
+    return pushed(/*wait=*/rank_ == root);  // a sender needs nothing back
   }
   if (reads_directly(single_copy_bytes_, total)) {
     publish_addresses(my);

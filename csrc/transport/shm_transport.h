@@ -95,7 +95,8 @@ class ShmTransport : public Transport {
   // This rank has published (or finished reading) what the round needs:
   // announce it, then wait until every peer has said the same.
   void step() {
-    if (!arrive()) await_step(seq_);
+    const int missing = arrive();
+    if (missing < size_) await_step(seq_, missing);
     unawaited_ = 0;  // every rank is past it too
   }
   // A collective's last step where this rank needs nothing from its peers (a gather's sender
@@ -103,12 +104,13 @@ class ShmTransport : public Transport {
   // are usually long past. With more ranks than cores a sender that waited here slept, and
   // the wake-up came late (np=4 on 2 cores, 1 MiB gather: the senders' calls took 2x the root's).
   void step_without_waiting() {
-    if (!arrive()) unawaited_ = seq_;
+    if (arrive() < size_) unawaited_ = seq_;
   }
-  // Announces this rank at the next step; true (and wakes the sleepers) when it is the last.
-  bool arrive();
-  // Returns once every rank has arrived at step `seq`.
-  void await_step(uint64_t seq);
+  // Announces this rank at the next step; returns the first rank not there yet (size_ when
+  // none: this rank was the last, and woke the sleepers).
+  int arrive();
+  // Returns once every rank has arrived at step `seq` (ranks before `from` have).
+  void await_step(uint64_t seq, int from = 0);
   void fail_if_a_peer_died();
   // Point-to-point (the ring, a hierarchical step) runs over MPI, whose messages
   // move only while both ends call into MPI: a rank that waits here pokes it every
@@ -143,10 +145,11 @@ class ShmTransport : public Transport {
   bool outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at = nullptr);
   // The same, from the mailboxes of a step just taken (mail word 0: ShmHeap::locate()).
   bool outputs_located();
-  // The step after the pushes: every output is whole.
-  void pushed() {
+  // The step after the pushes: every output is whole. A rank that receives nothing (a
+  // gather's sender) need not `wait` for it: step_without_waiting().
+  void pushed(bool wait = true) {
     begin_round();
-    step();
+    wait ? step() : step_without_waiting();
   }
   // Reads a peer's memory; a failure is kept for finish_reads() rather than
   // thrown, so this rank still takes the steps its peers wait for.
