@@ -51,7 +51,7 @@ const std::vector<TunableSpec>& tunable_specs() {
        "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
        "at most 4 ranks, and the root writes the last 1/size of each receiver's buffer itself); 0: never; "
-       "auto: broadcast from 524288 while a host runs no more ranks than cores (else 16777216), gather and "
+       "auto: broadcast from 65536 while a host runs no more ranks than cores (else 16777216), gather and "
        "scatter from 16777216"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
        "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "

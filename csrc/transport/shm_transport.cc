@@ -594,8 +594,8 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
     return;
   }
   // The root copies pieces in while every reader copies the previous one out: faster than
-  // reading the root's buffer directly below 512 KiB at np=2, and below 16 MiB where ranks
-  // outnumber cores (bindings.cc, HORO_SHM_SINGLE_COPY_BYTES=auto).
+  // reading the root's buffer directly below 16 MiB where ranks outnumber cores, and where more
+  // than 4 read it (bindings.cc, HORO_SHM_SINGLE_COPY_BYTES=auto; elsewhere from 64 KiB).
   const size_t per_round = move_piece(bytes);
   const size_t rounds = ceil_div(bytes, per_round);
   for (size_t k = 0; k < rounds; ++k) {
