@@ -20,7 +20,8 @@ class Executor {
  public:
   Executor(Transport& transport, const Tunables& tunables, Timeline& timeline)
       : transport_(transport), tunables_(tunables), timeline_(timeline), ring_(tunables.ring_chunk_bytes),
-        shared_output_(transport.output_allocator()) {}
+        shared_output_(transport.output_allocator()),
+        fusion_(shared_output_) {}
 
   // `group[i]` is the agreed response for `entries[i]`; all share one
   // collective, dtype, op, scale factors and root.

@@ -67,7 +67,9 @@ void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes,
 
 char* FusionBuffer::reserve(size_t bytes) {
   if (bytes > capacity_) {
-    data_.reset(new char[bytes]);
+    data_.reset();  // given back first: the heap may hand the same memory out again
+    if (shared_) data_ = shared_(bytes);
+    if (!data_) data_ = std::shared_ptr<char>(new char[bytes], std::default_delete<char[]>());
     capacity_ = bytes;
   }
   return data_.get();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,10 +24,16 @@ void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes,
 // A grow-only staging buffer, left uninitialised (it is always overwritten).
 class FusionBuffer {
  public:
+  // From `shared` where it hands out memory the host's peers can write into
+  // (transport/shm_heap.h, nullptr where it has none): a fused allreduce or
+  // allgather then writes each rank's part straight into its peers' buffers.
+  using Allocator = std::function<std::shared_ptr<char>(size_t bytes)>;
+  explicit FusionBuffer(Allocator shared) : shared_(std::move(shared)) {}
   char* reserve(size_t bytes);
 
  private:
-  std::unique_ptr<char[]> data_;
+  Allocator shared_;
+  std::shared_ptr<char> data_;
   size_t capacity_ = 0;
 };
 
