@@ -13,9 +13,10 @@ const std::vector<TunableSpec>& tunable_specs() {
   static const std::vector<TunableSpec> specs = {
       {"HORO_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "67108864",
        "bytes of ready tensors packed into one fused collective; 0 disables fusion"},
-      {"HORO_FUSION_MAX_TENSOR_BYTES", "", "1048576",
+      {"HORO_FUSION_MAX_TENSOR_BYTES", "", "auto",
        "larger tensors are not fused but reduced alone, in place: copying them through the fusion buffer "
-       "costs more than the start-up of a collective of their own"},
+       "costs more than the start-up of a collective of their own; auto: 65536 for host tensors where the "
+       "job runs on one host (shared memory), 1048576 otherwise and for GPU tensors"},
       {"HORO_CYCLE_TIME", "HOROVOD_CYCLE_TIME", "1",
        "ms an idle background thread sleeps between coordination cycles (an enqueue wakes it at once)"},
       {"HORO_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024",
@@ -174,7 +175,8 @@ std::string tunable_value(const char* env) { return lookup(env); }
 Tunables Tunables::from_environment() {
   Tunables t;
   t.fusion_threshold_bytes = static_cast<int64_t>(number("HORO_FUSION_THRESHOLD"));
-  t.fusion_max_tensor_bytes = static_cast<int64_t>(number("HORO_FUSION_MAX_TENSOR_BYTES"));
+  t.fusion_max_tensor_bytes = bytes_or_auto("HORO_FUSION_MAX_TENSOR_BYTES");
+  t.fusion_max_host_tensor_bytes = t.fusion_max_tensor_bytes;
   t.cycle_time_ms = number("HORO_CYCLE_TIME");
   t.cache_capacity = static_cast<int>(number("HORO_CACHE_CAPACITY"));
   t.allreduce_algo = algorithm("HORO_ALLREDUCE_ALGO");

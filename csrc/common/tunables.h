@@ -23,7 +23,9 @@ std::string tunable_value(const char* env);
 
 struct Tunables {
   int64_t fusion_threshold_bytes;
-  int64_t fusion_max_tensor_bytes;  // larger tensors run alone, in place
+  // Larger tensors run alone, in place; -1 (auto) is settled at init, host tensors' by the transport.
+  int64_t fusion_max_tensor_bytes;
+  int64_t fusion_max_host_tensor_bytes;
   double cycle_time_ms;
   int cache_capacity;
   std::string allreduce_algo;  // ring | mpi | auto

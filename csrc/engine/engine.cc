@@ -331,6 +331,7 @@ void Engine::execute(int set_id, const std::vector<Response>& responses) {
   if (responses.empty()) return;
   ProcessSet& set = sets_.at(set_id);
   plan_fusion(responses, static_cast<size_t>(tunables_.fusion_threshold_bytes),
+              static_cast<size_t>(tunables_.fusion_max_host_tensor_bytes),
               static_cast<size_t>(tunables_.fusion_max_tensor_bytes), &groups_);
   for (const std::vector<Response>& group : groups_) {
     std::vector<TensorEntry>& entries = entries_;  // kept, entries and all: take() swaps them into the queue

@@ -11,8 +11,8 @@ namespace {
 size_t bytes_of(const Request& q) { return static_cast<size_t>(q.num_elements()) * dtype_size(q.dtype); }
 }  // namespace
 
-void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes, size_t max_tensor_bytes,
-                 std::vector<std::vector<Response>>* groups) {
+void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes, size_t max_host_tensor_bytes,
+                 size_t max_tensor_bytes, std::vector<std::vector<Response>>* groups) {
   if (responses.size() == 1) {  // the common small cycle: nothing to fuse with
     groups->resize(1);
     groups->front().resize(1);
@@ -37,8 +37,9 @@ void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes,
                          q.type == CollectiveType::kReducescatter || q.type == CollectiveType::kBroadcast;
     // A large tensor's own collective is bandwidth-bound already: staging it
     // through the fusion buffer would only add two copies of it.
+    const size_t max_bytes = q.memory == Memory::kHost ? max_host_tensor_bytes : max_tensor_bytes;
     if (response.kind != Response::Kind::kExecute || threshold_bytes == 0 || !fusable || response.preloaded ||
-        bytes_of(q) > max_tensor_bytes) {
+        bytes_of(q) > max_bytes) {
       alone(i, 0);
       continue;
     }

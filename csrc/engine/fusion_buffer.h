@@ -15,11 +15,12 @@ namespace horo {
 
 // Groups `responses` (identical on every rank) into fusion groups, `groups`;
 // the result is identical on every rank too. Errors, and tensors over
-// `max_tensor_bytes`, travel alone. A threshold of 0 disables fusion.
+// `max_host_tensor_bytes` (host memory) or `max_tensor_bytes` (GPU memory),
+// travel alone. A threshold of 0 disables fusion.
 // `groups` is refilled in place, by assignment: given back cycle after
 // cycle, a cycle shaped like the last (one small tensor, say) allocates nothing.
-void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes, size_t max_tensor_bytes,
-                 std::vector<std::vector<Response>>* groups);
+void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes, size_t max_host_tensor_bytes,
+                 size_t max_tensor_bytes, std::vector<std::vector<Response>>* groups);
 
 // A grow-only staging buffer, left uninitialised (it is always overwritten).
 class FusionBuffer {
