@@ -23,7 +23,8 @@ std::string tunable_value(const char* env);
 
 struct Tunables {
   int64_t fusion_threshold_bytes;
-  // Larger tensors run alone, in place; -1 (auto) is settled at init, host tensors' by the transport.
+  // Larger tensors run alone, in place: GPU tensors over fusion_max_tensor_bytes, host ones over
+  // fusion_max_host_tensor_bytes (HORO_FUSION_MAX_TENSOR_BYTES both; auto, -1, is settled at init).
   int64_t fusion_max_tensor_bytes;
   int64_t fusion_max_host_tensor_bytes;
   double cycle_time_ms;

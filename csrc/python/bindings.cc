@@ -121,7 +121,7 @@ void init(int64_t fortran_comm) {
   if (tunables.fusion_max_tensor_bytes < 0) {  // auto
     // Through shared memory a collective of its own costs a few microseconds, and the copies into
     // and out of the fusion buffer cost more from 64 KiB: ResNet-50's 161 gradients allreduced
-    // async, np=2, ms per step over MPI's loop of Allreduce (two jobs each): 1 MiB 1.14/1.19,
+    // async, np=2, step time over that of MPI's loop of Allreduce (two jobs each): 1 MiB 1.14/1.19,
     // 256 KiB 1.01/0.98, 64 KiB 0.92/0.92, 16 KiB 0.99/0.96. The MLP of pytorch_ddp_throughput.py,
     // whose tensors are tiny or huge, is unchanged (1.42-1.70x DDP against 1.40-1.58x, three runs).
     // GPU tensors (unmeasured) and MPI keep 1 MiB.
