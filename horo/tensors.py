@@ -41,6 +41,13 @@ def address(array):
     return _core.data_address(array)
 
 
+_CORE_OUTPUTS_FROM = 64 << 10  # host outputs from this size come from the core (see empty)
+
+
+def _core_output(nbytes, dtype, shape):
+    return _core.empty(nbytes).view(dtype).reshape(shape)
+
+
 def empty(shape, dtype, like):
     """An uninitialised output of `shape` and `dtype` in the same memory as `like` (host or GPU).
     On the host, from 64 KiB up it comes from the core: its shared-memory heap, where the
@@ -61,10 +68,3 @@ def empty_like(array):
     if array.nbytes < _CORE_OUTPUTS_FROM:
         return np.empty_like(array)
     return _core_output(array.nbytes, array.dtype, array.shape)
-
-
-_CORE_OUTPUTS_FROM = 64 << 10
-
-
-def _core_output(nbytes, dtype, shape):
-    return _core.empty(nbytes).view(dtype).reshape(shape)

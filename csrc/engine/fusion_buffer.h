@@ -5,10 +5,10 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <vector>
 
+#include "transport/transport.h"
 #include "wire/messages.h"
 
 namespace horo {
@@ -28,12 +28,11 @@ class FusionBuffer {
   // From `shared` where it hands out memory the host's peers can write into
   // (transport/shm_heap.h, nullptr where it has none): a fused allreduce or
   // allgather then writes each rank's part straight into its peers' buffers.
-  using Allocator = std::function<std::shared_ptr<char>(size_t bytes)>;
-  explicit FusionBuffer(Allocator shared) : shared_(std::move(shared)) {}
+  explicit FusionBuffer(Transport::OutputAllocator shared) : shared_(std::move(shared)) {}
   char* reserve(size_t bytes);
 
  private:
-  Allocator shared_;
+  Transport::OutputAllocator shared_;
   std::shared_ptr<char> data_;
   size_t capacity_ = 0;
 };
