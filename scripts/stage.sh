@@ -1,4 +1,4 @@
-# Sourced by the device scripts (gpu_check.sh, shm_many_ranks.sh): one stage of a run on a lent
+# Sourced by the device scripts (gpu_check.sh, shm_many_ranks.sh, device_round.sh): one stage of a run on a lent
 # machine, with its own time limit, so one hang costs that stage only. Its whole log is
 # $LOG/NAME.log; the last $TAIL lines (default 15) are printed.
 stage() {  # stage NAME SECONDS COMMAND...
