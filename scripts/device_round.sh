@@ -2,7 +2,7 @@
 # One lent device machine's worth of checks in one call (252 s on an H200 machine, 2026-11-27; a
 # lease is 15 minutes, starts included): build, the GPU tests, then the shared-memory path at np=8
 # and 16 (rank suites, horo-bench against MPI's own collective, the 4 KiB allreduce latency), then
-# ResNet-50's GPU gradient step. scripts/gpu_check.sh and scripts/shm_many_ranks.sh are the full
+# ResNet-50's GPU gradient step and the host time per small GPU tensor. scripts/gpu_check.sh and scripts/shm_many_ranks.sh are the full
 # versions, each longer than a lease.
 #   PACK=$OUT/logs.tgz bash scripts/device_round.sh [LOGDIR]       (the device tool's call, carry .whl)
 # Needs python3 with CUDA torch, and an MPI: where there is no mpirun beside python3, the wheels in
@@ -45,6 +45,11 @@ for np in ${NPS:-8 16}; do
   TAIL=3 staged "latency_np$np" 30 "${MPIRUN[@]}" -np "$np" horo-bench allreduce -b 4K -e 4K -n 300 -w 30 --baseline --no-progress
 done
 staged bench_resnet50 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py resnet50
+# Host time per small GPU tensor, with a timeline of where the background thread spends it
+# (synchronize went 4.2 -> 8-11 us a tensor between b48a019 and 5632c1b, cause not yet found).
+staged bench_overhead 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py overhead
+staged bench_overhead_timeline 45 env HORO_TIMELINE="$LOG/overhead_timeline.json" "${MPIRUN[@]}" -np 1 "$PY" \
+  benchmarks/gpu_allreduce.py overhead
 echo "== ratios (MPI time / horo time) by size"
 for f in "$LOG"/tables_np*.log "$LOG"/latency_np*.log; do
   [ -f "$f" ] && awk '/^== np=/ {printf "\n%s %s:", $2, $3} FNR == 1 && FILENAME ~ /latency/ {printf "\n%s:", FILENAME} /^ +[0-9]/ {printf " %s=%s", $1, $NF} END {print ""}' "$f"
