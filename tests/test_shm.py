@@ -31,19 +31,23 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_,tunables", [
-    # With no heap (exchanges' outputs are private), from 1 byte up every broadcast/allgather/
-    # alltoall/gather/scatter reads the senders' buffers directly (process_vm_readv) where the
-    # kernel allows it...
-    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1", "HORO_SHM_HEAP_BYTES": "0"}),
-    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1", "HORO_SHM_HEAP_BYTES": "0"}),
+    # With no heap (every output is private), from 1 byte up every broadcast/allgather/alltoall/
+    # gather/scatter reads the senders' buffers directly (process_vm_readv) where the kernel
+    # allows it, and every allreduce/reduce above one step reads its peers' inputs and writes
+    # their outputs (process_vm_writev)...
+    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1",
+         "HORO_SHM_REDUCE_SINGLE_COPY_BYTES": "1", "HORO_SHM_HEAP_BYTES": "0"}),
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "1", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "1",
+         "HORO_SHM_REDUCE_SINGLE_COPY_BYTES": "1", "HORO_SHM_HEAP_BYTES": "0"}),
     # ... from 4 KiB, one alltoall mixes pairs read directly with pairs through the segment;
-    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "4096", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "4096", "HORO_SHM_HEAP_BYTES": "0"}),
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "4096", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "4096",
+         "HORO_SHM_REDUCE_SINGLE_COPY_BYTES": "4096", "HORO_SHM_HEAP_BYTES": "0"}),
     # all through the segment, copied in with non-temporal stores (odd heads and tails);
-    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "1",
-         "HORO_SHM_HEAP_BYTES": "0"}),
+    (3, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0",
+         "HORO_SHM_REDUCE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "1", "HORO_SHM_HEAP_BYTES": "0"}),
     # everything through the segment with plain copies;
-    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "0",
-         "HORO_SHM_HEAP_BYTES": "0"}),
+    (2, {"HORO_SHM_SINGLE_COPY_BYTES": "0", "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": "0",
+         "HORO_SHM_REDUCE_SINGLE_COPY_BYTES": "0", "HORO_SHM_STREAM_BYTES": "0", "HORO_SHM_HEAP_BYTES": "0"}),
     # a heap too small for the larger outputs: exchanges into it push, the others fall back;
     (3, {"HORO_SHM_HEAP_BYTES": "65536"}),
     # allreduces into new arrays push at every size (auto: from 1 MiB where ranks outnumber cores);

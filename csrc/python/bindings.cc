@@ -117,6 +117,13 @@ void init(int64_t fortran_comm) {
     // np=4 on 2 cores: 64 KiB 1.40-1.72, 256 KiB 1.17-1.61, 1 MiB 0.89, 4 MiB 0.95; np=2 0.72-0.92.
     tunables.shm_allreduce_push_bytes = oversubscribed ? 1048576 : 0;
   }
+  if (tunables.shm_reduce_single_copy_bytes < 0) {  // auto
+    // In place (private memory, as gradients), time reading peers directly / through the segment,
+    // barrier-aligned calls, buffers written afresh before each: np=2 256 KiB 1.11-1.15, 512 KiB
+    // 0.92-1.12, 768 KiB 0.78-0.95, 1 MiB 0.69-0.76, 4 MiB 0.55-0.70, 16 MiB 0.51-0.56 (4 KiB pages:
+    // 0.67-0.71); np=4 on 2 cores 256 KiB 1.04-1.09, 1 MiB 0.91, 4 MiB 0.61-0.64, 16 MiB 0.59.
+    tunables.shm_reduce_single_copy_bytes = oversubscribed ? 1048576 : 524288;
+  }
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   if (tunables.fusion_max_tensor_bytes < 0) {  // auto
     // Through shared memory a collective of its own costs a few microseconds, and the copies into

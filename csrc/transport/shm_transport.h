@@ -85,6 +85,10 @@ class ShmTransport : public Transport {
   // and need not wait for the last step.
   static constexpr int kEveryRank = -1;
   bool reduce_for(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale, int root);
+  // reduce_for's path from reduce_single_copy_bytes_: every rank's input and output address in its
+  // mailbox (words 1 and 2), from the step just taken; `push`: every output is in its rank's heap.
+  void reduce_reading_peers(const char* in, char* out, size_t count, DataType dtype, ReduceOp op, double scale,
+                            int root, bool push);
   // Rounds alternate between the two halves of every slot: a rank may fill
   // half h again only after a step of the round in between, which every
   // peer reaches after it has finished reading half h.
@@ -173,7 +177,9 @@ class ShmTransport : public Transport {
   size_t exchange_single_copy_bytes_ = 0;
   size_t broadcast_single_copy_bytes_ = 0;
   size_t allreduce_push_bytes_ = 0;  // allreduce into outputs in the heaps from this size: pushes
+  size_t reduce_single_copy_bytes_ = 0;  // reduce_reading_peers() from this size (0: never)
   std::string read_error_;
+  std::vector<char> piece_;  // reduce_reading_peers(): peers' parts of a piece, read here
   std::chrono::microseconds spin_{0};
   bool spin_yields_ = true;
   // Atomic: the background thread reads it (peers_ahead) while a caller may run a cycle.

@@ -332,6 +332,7 @@ def test_settings_that_differ_between_ranks_follow_rank_0():
         "HORO_SHM_PRELOAD_BYTES": str(8192 * (WORLD - RANK)),
         "HORO_SHM_SINGLE_COPY_BYTES": str(0 if RANK == 0 else 4096),
         "HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES": str(4096 if RANK == 0 else 0),
+        "HORO_SHM_REDUCE_SINGLE_COPY_BYTES": str(8192 if RANK == 0 else 0),
         # Heaps of their own sizes: some outputs fit on some ranks only, and those exchanges fall back.
         "HORO_SHM_HEAP_BYTES": str(16384 * (RANK + 1)),
         "HORO_SHM_ALLREDUCE_PUSH_BYTES": str(1 if RANK == 0 else 1 << 30),
