@@ -69,10 +69,10 @@ const std::vector<TunableSpec>& tunable_specs() {
        "(always) while a host runs no more ranks than cores, else 1048576 (where ranks share cores, the pushes "
        "lengthen the wait for the last rank)"},
       {"HORO_SHM_REDUCE_SINGLE_COPY_BYTES", "", "auto",
-       "shared-memory allreduce and reduce from this size where some output is not in its rank's heap (in place, "
-       "as gradients are): each rank reads its slice of every peer's input directly (process_vm_readv) and writes "
-       "the reduced slice straight into their outputs (process_vm_writev), where the kernel allows it; 0: never; "
-       "auto: 524288 while a host runs no more ranks than cores, else 1048576"},
+       "shared-memory allreduce and reduce from this size: each rank reads its slice of every peer's input "
+       "directly (process_vm_readv) and writes the reduced slice into their outputs (process_vm_writev, or stores "
+       "where every output is in its rank's heap), where the kernel allows it; 0: never; auto: 524288 while a host "
+       "runs no more ranks than cores, else 1048576 for allreduce and 16777216 for reduce"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
@@ -205,6 +205,7 @@ Tunables Tunables::from_environment() {
   t.shm_heap_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_HEAP_BYTES")));
   t.shm_allreduce_push_bytes = bytes_or_auto("HORO_SHM_ALLREDUCE_PUSH_BYTES");
   t.shm_reduce_single_copy_bytes = bytes_or_auto("HORO_SHM_REDUCE_SINGLE_COPY_BYTES");
+  t.shm_rooted_reduce_single_copy_bytes = t.shm_reduce_single_copy_bytes;
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");

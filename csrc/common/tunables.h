@@ -50,10 +50,11 @@ struct Tunables {
   // shm allreduce from this size, into outputs in the heaps: every rank writes its slice into its peers'
   // outputs; -1 (auto) is settled at init, as shm_exchange_single_copy_bytes is.
   int64_t shm_allreduce_push_bytes = -1;
-  // shm allreduce and reduce from this size, where an output is not in the heaps (in place, as
-  // gradients): each rank reads its slice of its peers' inputs and writes the result into their
-  // outputs (0: never); -1 (auto) is settled at init, as shm_exchange_single_copy_bytes is.
+  // shm allreduce (and rooted reduce) from this size: each rank reads its slice of its peers' inputs
+  // and writes the result into their outputs (0: never); -1 (auto) is settled at init, as
+  // shm_exchange_single_copy_bytes is. One environment variable sets both.
   int64_t shm_reduce_single_copy_bytes = -1;
+  int64_t shm_rooted_reduce_single_copy_bytes = -1;
   // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.
   std::string hierarchical_allreduce;  // also decides broadcast
   std::string hierarchical_allgather;

@@ -122,15 +122,21 @@ void init(int64_t fortran_comm) {
     // barrier-aligned calls, buffers written afresh before each: np=2 256 KiB 1.11-1.15, 512 KiB
     // 0.92-1.12, 768 KiB 0.78-0.95, 1 MiB 0.69-0.76, 4 MiB 0.55-0.70, 16 MiB 0.51-0.56 (4 KiB pages:
     // 0.67-0.71); np=4 on 2 cores 256 KiB 1.04-1.09, 1 MiB 0.91, 4 MiB 0.61-0.64, 16 MiB 0.59.
+    // A rooted reduce's senders must then wait for their peers' reads instead of leaving once their
+    // slice is in the segment: np=4 on 2 cores (tunable_ab, three jobs each, time directly /
+    // segment) 1 MiB 1.18, 4 MiB 1.12, 16 MiB 0.90; np=2 0.85-0.94 from 512 KiB.
     tunables.shm_reduce_single_copy_bytes = oversubscribed ? 1048576 : 524288;
+    tunables.shm_rooted_reduce_single_copy_bytes = oversubscribed ? 16777216 : 524288;
   }
   std::unique_ptr<Transport> world = make_world_transport(ours, g_info, tunables, &g_transport);
   if (tunables.fusion_max_tensor_bytes < 0) {  // auto
     // Through shared memory a collective of its own costs a few microseconds, and the copies into
     // and out of the fusion buffer cost more from 64 KiB: ResNet-50's 161 gradients allreduced
     // async, np=2, step time over that of MPI's loop of Allreduce (two jobs each): 1 MiB 1.14/1.19,
-    // 256 KiB 1.01/0.98, 64 KiB 0.92/0.92, 16 KiB 0.99/0.96. The MLP of pytorch_ddp_throughput.py,
-    // whose tensors are tiny or huge, is unchanged (1.42-1.70x DDP against 1.40-1.58x, three runs).
+    // 256 KiB 1.01/0.98, 64 KiB 0.92/0.92, 16 KiB 0.99/0.96; with large gradients read directly
+    // (HORO_SHM_REDUCE_SINGLE_COPY_BYTES), three jobs each: 64 KiB 0.60, 1 MiB 0.79-0.81. The MLP of
+    // pytorch_ddp_throughput.py, whose tensors are tiny or huge, is unchanged (1.42-1.70x DDP
+    // against 1.40-1.58x, three runs).
     // GPU tensors (unmeasured) and MPI keep 1 MiB.
     tunables.fusion_max_host_tensor_bytes = std::string(world->name()) == "SHM" ? 65536 : 1048576;
     tunables.fusion_max_tensor_bytes = 1048576;

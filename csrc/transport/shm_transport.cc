@@ -61,20 +61,22 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
   // segment's sizes do: ranks whose environments differ must still take the same steps.
   // (Rank 0's choice of stores too, which changes no step, so that every rank probes or none.)
   const int64_t stream = inner_->settings().shm_stream_bytes;
-  uint64_t protocol[7] = {small_bytes_, inner_->settings().shm_single_copy_bytes,
-                          inner_->settings().shm_exchange_single_copy_bytes, inner_->settings().shm_allreduce_push_bytes,
-                          stream < 0 ? kAuto : static_cast<uint64_t>(stream),
-                          inner_->settings().shm_broadcast_single_copy_bytes,
-                          inner_->settings().shm_reduce_single_copy_bytes};
-  MPI_Bcast(protocol, 7, MPI_UINT64_T, 0, inner_->comm());
+  const TransportSettings& s = inner_->settings();
+  uint64_t protocol[8] = {small_bytes_, s.shm_single_copy_bytes, s.shm_exchange_single_copy_bytes,
+                          s.shm_allreduce_push_bytes, stream < 0 ? kAuto : static_cast<uint64_t>(stream),
+                          s.shm_broadcast_single_copy_bytes, s.shm_reduce_single_copy_bytes,
+                          s.shm_rooted_reduce_single_copy_bytes};
+  MPI_Bcast(protocol, 8, MPI_UINT64_T, 0, inner_->comm());
   small_bytes_ = protocol[0];
   allreduce_push_bytes_ = protocol[3];
   stream_bytes_ = protocol[4] == kAuto ? choose_stream_bytes() : protocol[4];
-  if ((protocol[1] > 0 || protocol[2] > 0 || protocol[5] > 0 || protocol[6] > 0) && cross_memory_works(inner_->comm())) {
+  if ((protocol[1] > 0 || protocol[2] > 0 || protocol[5] > 0 || protocol[6] > 0 || protocol[7] > 0) &&
+      cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = protocol[1];
     exchange_single_copy_bytes_ = protocol[2];
     broadcast_single_copy_bytes_ = protocol[5];
     reduce_single_copy_bytes_ = protocol[6];
+    rooted_reduce_single_copy_bytes_ = protocol[7];
   }
 }
 
@@ -303,7 +305,8 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
   // A reduce's non-roots have no output that matters: an empty one is anywhere.
   const bool may_push = heap_.enabled() && count * esize >= allreduce_push_bytes_;
   const uint64_t located = may_push ? heap_.locate(out, wants_result ? count * esize : 0) : ShmHeap::kNowhere;
-  if (reads_directly(reduce_single_copy_bytes_, count * esize)) {
+  if (reads_directly(root == kEveryRank ? reduce_single_copy_bytes_ : rooted_reduce_single_copy_bytes_,
+                     count * esize)) {
     begin_round();
     mail(rank_)[0] = located;
     mail(rank_)[1] = reinterpret_cast<uint64_t>(in);

@@ -85,7 +85,7 @@ class ShmTransport : public Transport {
   // and need not wait for the last step.
   static constexpr int kEveryRank = -1;
   bool reduce_for(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale, int root);
-  // reduce_for's path from reduce_single_copy_bytes_: every rank's input and output address in its
+  // reduce_for's path from (rooted_)reduce_single_copy_bytes_: every rank's input and output address in its
   // mailbox (words 1 and 2), from the step just taken; `push`: every output is in its rank's heap.
   void reduce_reading_peers(const char* in, char* out, size_t count, DataType dtype, ReduceOp op, double scale,
                             int root, bool push);
@@ -178,6 +178,7 @@ class ShmTransport : public Transport {
   size_t broadcast_single_copy_bytes_ = 0;
   size_t allreduce_push_bytes_ = 0;  // allreduce into outputs in the heaps from this size: pushes
   size_t reduce_single_copy_bytes_ = 0;  // reduce_reading_peers() from this size (0: never)
+  size_t rooted_reduce_single_copy_bytes_ = 0;  // the same for a reduce to one root
   std::string read_error_;
   std::vector<char> piece_;  // reduce_reading_peers(): peers' parts of a piece, read here
   std::chrono::microseconds spin_{0};
