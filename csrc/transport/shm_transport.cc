@@ -42,6 +42,15 @@ std::vector<size_t> prefix_offsets(const std::vector<size_t>& counts) {
   return out;
 }
 
+// out = own (op) other, where `out` is `own` in place: reduce_to's buffers may not overlap.
+void reduce_own_with(DataType dtype, ReduceOp op, char* out, const char* own, const char* other, size_t count) {
+  if (out == own) {
+    reduce_into(dtype, op, out, other, count);
+  } else {
+    reduce_to(dtype, op, out, own, other, count);
+  }
+}
+
 }  // namespace
 
 ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
@@ -336,7 +345,7 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
     if (hi > lo) {
       char* mine = out + (done + lo) * esize;
       const int first = rank_ == 0 ? 1 : 0;
-      reduce_to(dtype, op, mine, chunk + lo * esize, slot(first) + lo * esize, hi - lo);
+      reduce_own_with(dtype, op, mine, chunk + lo * esize, slot(first) + lo * esize, hi - lo);
       for (int p = first + 1; p < size_; ++p) {
         if (p != rank_) reduce_into(dtype, op, mine, slot(p) + lo * esize, hi - lo);
       }
@@ -387,7 +396,7 @@ void ShmTransport::reduce_reading_peers(const char* in, char* out, size_t count,
       if (p == rank_) continue;
       read_from(p, mail(p)[1] + at * esize, piece_.data(), n * esize);
       if (first) {
-        reduce_to(dtype, op, mine, in + at * esize, piece_.data(), n);
+        reduce_own_with(dtype, op, mine, in + at * esize, piece_.data(), n);
         first = false;
       } else {
         reduce_into(dtype, op, mine, piece_.data(), n);
