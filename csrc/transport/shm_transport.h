@@ -85,8 +85,9 @@ class ShmTransport : public Transport {
   // and need not wait for the last step.
   static constexpr int kEveryRank = -1;
   bool reduce_for(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale, int root);
-  // reduce_for's path from (rooted_)reduce_single_copy_bytes_: every rank's input and output address in its
-  // mailbox (words 1 and 2), from the step just taken; `push`: every output is in its rank's heap.
+  // reduce_for's path from (rooted_)reduce_single_copy_bytes_: every rank's input and output
+  // address in its mailbox (words 1 and 2), from the step just taken; `push`: every output is
+  // in its rank's heap.
   void reduce_reading_peers(const char* in, char* out, size_t count, DataType dtype, ReduceOp op, double scale,
                             int root, bool push);
   // Rounds alternate between the two halves of every slot: a rank may fill
