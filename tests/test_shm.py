@@ -52,10 +52,12 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
     (3, {"HORO_SHM_HEAP_BYTES": "65536"}),
     # allreduces into new arrays push at every size (auto: from 1 MiB where ranks outnumber cores);
     (3, {"HORO_SHM_ALLREDUCE_PUSH_BYTES": "1"}),
+    # the same pushes with non-temporal stores (auto: where 8 or more cores push megabytes at once);
+    (3, {"HORO_SHM_ALLREDUCE_PUSH_BYTES": "1", "HORO_SHM_STREAM_BYTES": "1"}),
     # no inputs carried with the control step (cached collectives take their own steps).
     (3, {"HORO_SHM_PRELOAD_BYTES": "0"}),
 ], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2", "small-heap-np3", "push-np3",
-        "unpreloaded-np3"])
+        "streamed-push-np3", "unpreloaded-np3"])
 def test_every_collective_matches_numpy_however_the_bytes_move(ranks, np_, tunables):
     ranks(np_, "ranks_shm.py", env=dict(SHM, **tunables), timeout=LAUNCH_TIMEOUT, select="not exits and not differ_between_ranks")
 

@@ -47,7 +47,9 @@ const std::vector<TunableSpec>& tunable_specs() {
        "shared-memory collectives copy pieces of this size and up into the segment with non-temporal "
        "stores, which skip fetching the lines the readers read last (on one 2-vCPU VM a plain copy into "
        "them ran 3-10x slower in some jobs; on another plain copies were faster in every job); 0: never; "
-       "auto: the ranks time both kinds once at start-up, and stream from 16384 where plain is slower"},
+       "auto: the ranks time both kinds once at start-up, and stream from 16384 where plain is slower (elsewhere, where at "
+       "least 8 ranks of a host run on cores of their own, a call's pushes into its peers' outputs stream where they "
+       "come to 2 MiB or more)"},
       {"HORO_SHM_SINGLE_COPY_BYTES", "", "auto",
        "shared-memory broadcast, gather and scatter from this size up: receivers read straight from the "
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
@@ -71,8 +73,8 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SHM_REDUCE_SINGLE_COPY_BYTES", "", "auto",
        "shared-memory allreduce and reduce from this size: each rank reads its slice of every peer's input "
        "directly (process_vm_readv) and writes the reduced slice into their outputs (process_vm_writev, or stores "
-       "where every output is in its rank's heap), where the kernel allows it; 0: never; auto: 524288 while a host "
-       "runs no more ranks than cores, else 1048576 for allreduce and 16777216 for reduce"},
+       "where every output is in its rank's heap), where the kernel allows it; 0: never; auto: 524288 or 131072 "
+       "per rank on the host, whichever is larger, while it runs no more ranks than cores, else 1048576 for allreduce and 16777216 for reduce"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "

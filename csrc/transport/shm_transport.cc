@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "common/copy_bytes.h"
 #include "common/error.h"
@@ -27,6 +28,11 @@ constexpr uint64_t kAuto = ~uint64_t(0);
 // Where streaming stores win (store_probe.h), copies from this size use them; below it a copy
 // is a few lines, which a plain store fetches quickly enough.
 constexpr size_t kStreamPiecesFrom = 16 * 1024;
+// Stores of more than an L2 cache's worth in one call only evict their own lines: a rank's own part
+// of an exchange (copy_own) streams from this size, and so do its pushes into its peers' outputs
+// where many cores store at once (a plain store fetches its line first: twice the memory traffic).
+constexpr size_t kStreamBeyondL2 = size_t(2) << 20;
+constexpr unsigned kManyCoresStoring = 8;
 // A broadcast reads the root's buffer directly only where few ranks read it at once. At 16 MiB,
 // every reader's process_vm_readv against the root's copy in: 1.3-1.5x faster at np=2 and 3 (2
 // cores), even at np=4 (2 cores: 6.9 against 7.2 ms; 64 MiB 18.4 against 17.8), and slower at np=8
@@ -79,6 +85,8 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
   small_bytes_ = protocol[0];
   allreduce_push_bytes_ = protocol[3];
   stream_bytes_ = protocol[4] == kAuto ? choose_stream_bytes() : protocol[4];
+  const unsigned storing = std::min<unsigned>(size_, std::max(1u, std::thread::hardware_concurrency()));
+  stream_pushes_from_ = protocol[4] == kAuto && storing >= kManyCoresStoring ? kStreamBeyondL2 : 0;
   if ((protocol[1] > 0 || protocol[2] > 0 || protocol[5] > 0 || protocol[6] > 0 || protocol[7] > 0) &&
       cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = protocol[1];
@@ -136,12 +144,26 @@ void ShmTransport::copy_for_peers(char* to, const void* src, size_t bytes) const
   }
 }
 
+void ShmTransport::push_to_output(char* to, const void* src, size_t bytes, size_t pushed) const {
+  // Where the probe chose plain stores (a slot's lines, just read by one peer), a call whose ranks
+  // push megabytes each at once still wants streamed ones. HORO_SHM_STREAM_BYTES=16384 against
+  // plain, np=16 (16 cores), three alternating jobs each, time streamed / plain at 256 KiB, 1, 4,
+  // 16 MiB: allgather 0.97/1.30/0.66/0.77, allreduce 0.87/1.11/0.84/0.81, alltoall (1-16 MiB)
+  // 0.68/0.74/0.72; np=8 allgather 1.21/1.11/0.79/0.44, allreduce 1.05/0.92/0.87/0.73. (Broadcast,
+  // through the slots: 1.10-1.23.) On 2 cores, pushes from 2 MiB streamed / plain, np=2 and 4,
+  // allgather, alltoall, allreduce from 4 MiB: 0.92-1.24, median 1.02.
+  if (stream_pushes_from_ > 0 && pushed >= stream_pushes_from_) {
+    stream_bytes(to, src, bytes);
+  } else {
+    copy_for_peers(to, src, bytes);
+  }
+}
+
 void ShmTransport::copy_own(char* to, const void* src, size_t bytes) {
   // Streamed past the L2 cache's size, which a plain copy would only evict itself from:
   // A/B in alternating jobs, np=2 (own part 2/8 MiB): allgather 0.99/0.78 of the time, alltoall 0.86/0.83;
   // at 32-512 KiB streaming ran 1.1-1.6x slower.
-  constexpr size_t kStreamFrom = size_t(2) << 20;
-  if (bytes >= kStreamFrom) {
+  if (bytes >= kStreamBeyondL2) {
     stream_bytes(to, src, bytes);
   } else {
     copy_bytes(to, src, bytes);
@@ -325,6 +347,7 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
     return true;
   }
   bool push = false;
+  const size_t pushes = (root == kEveryRank ? size_ - 1 : 1) * ceil_div(count, size_) * esize;  // about
   for (size_t done = 0; done < count; done += per_round) {
     const size_t m = std::min(per_round, count - done);
     const size_t slice = ceil_div(ceil_div(m, size_), align) * align;
@@ -354,7 +377,7 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
       // In place, a peer has published these elements of its input already (round start).
       for (int i = 1; i < size_ && push; ++i) {
         const int p = (rank_ + i) % size_;
-        if (root == kEveryRank || p == root) copy_for_peers(outputs_[p] + (done + lo) * esize, mine, (hi - lo) * esize);
+        if (root == kEveryRank || p == root) push_to_output(outputs_[p] + (done + lo) * esize, mine, (hi - lo) * esize, pushes);
       }
       if (!push && rank_ != root) copy_for_peers(slot(rank_) + lo * esize, mine, (hi - lo) * esize);
     }
@@ -386,6 +409,7 @@ void ShmTransport::reduce_reading_peers(const char* in, char* out, size_t count,
   const size_t slice = ceil_div(ceil_div(count, size_), align) * align;
   const size_t lo = std::min(count, rank_ * slice), hi = std::min(count, lo + slice);
   const size_t per_piece = kPieceBytes / esize;
+  const size_t pushes = (root == kEveryRank ? size_ - 1 : 1) * (hi - lo) * esize;
   piece_.resize(kPieceBytes);
   for (size_t at = lo; at < hi; at += per_piece) {
     const size_t n = std::min(per_piece, hi - at);
@@ -406,7 +430,7 @@ void ShmTransport::reduce_reading_peers(const char* in, char* out, size_t count,
     for (int p = 0; p < size_; ++p) {
       if (p == rank_ || (root != kEveryRank && p != root)) continue;
       if (push) {
-        copy_for_peers(outputs_[p] + at * esize, mine, n * esize);
+        push_to_output(outputs_[p] + at * esize, mine, n * esize, pushes);
       } else {
         write_to(p, mail(p)[2] + at * esize, mine, n * esize);
       }
@@ -469,7 +493,7 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
   if (heap_.enabled() && outputs_in_heaps(out, offset.back() + byte_counts.back())) {
     for (int i = 1; i < size_ && byte_counts[rank_]; ++i) {  // starting at the next rank: writers spread over the owners
       const int p = (rank_ + i) % size_;
-      copy_for_peers(outputs_[p] + offset[rank_], my, byte_counts[rank_]);
+      push_to_output(outputs_[p] + offset[rank_], my, byte_counts[rank_], (size_ - 1) * byte_counts[rank_]);
     }
     return pushed();
   }
@@ -507,7 +531,7 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   // takes one step through the segment rather than two (np=2, 4 KiB: 6-11 us against 8-12).
   const size_t total = offset.back() + byte_counts.back();
   if (heap_.enabled() && total >= kPushRootedFrom && outputs_in_heaps(out, rank_ == root ? total : 0)) {
-    if (rank_ != root && byte_counts[rank_]) copy_for_peers(outputs_[root] + offset[rank_], my, byte_counts[rank_]);
+    if (rank_ != root && byte_counts[rank_]) push_to_output(outputs_[root] + offset[rank_], my, byte_counts[rank_], byte_counts[rank_]);
     return pushed(/*wait=*/rank_ == root);  // a sender needs nothing back
   }
   if (reads_directly(single_copy_bytes_, total)) {
@@ -548,7 +572,7 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
   if (heap_.enabled() && total >= kPushRootedFrom && outputs_in_heaps(my, rank_ == root ? 0 : byte_counts[rank_])) {
     for (int i = 1; i < size_ && rank_ == root; ++i) {
       const int r = (root + i) % size_;
-      if (byte_counts[r]) copy_for_peers(outputs_[r], in + offset[r], byte_counts[r]);
+      if (byte_counts[r]) push_to_output(outputs_[r], in + offset[r], byte_counts[r], total - byte_counts[root]);
     }
     return pushed();
   }
@@ -583,10 +607,11 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   char* out = static_cast<char*>(output);
   if (send_bytes[rank_]) copy_own(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
   if (heap_.enabled() && outputs_in_heaps(out, recv_at.back() + recv_bytes.back(), &recv_at)) {
+    const size_t pushes = send_at.back() + send_bytes.back() - send_bytes[rank_];
     for (int i = 1; i < size_; ++i) {
       const int p = (rank_ + i) % size_;
       const size_t at = reinterpret_cast<const size_t*>(slot(p))[rank_];  // where p keeps what rank_ sends
-      if (send_bytes[p]) copy_for_peers(outputs_[p] + at, in + send_at[p], send_bytes[p]);
+      if (send_bytes[p]) push_to_output(outputs_[p] + at, in + send_at[p], send_bytes[p], pushes);
     }
     return pushed();
   }

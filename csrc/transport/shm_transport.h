@@ -126,6 +126,9 @@ class ShmTransport : public Transport {
   // stores from stream_bytes_ up (common/stream_bytes.h) where the machine wants them
   // (store_probe.h). Also a push into a peer's output, which its owner reads next.
   void copy_for_peers(char* to, const void* src, size_t bytes) const;
+  // The same for a push into a peer's output (in its heap), one of `pushed` bytes this
+  // rank pushes in the call: streamed, too, where those come to stream_pushes_from_.
+  void push_to_output(char* to, const void* src, size_t bytes, size_t pushed) const;
   // HORO_SHM_STREAM_BYTES=auto: measures at start-up (collective) which stores suit this machine.
   size_t choose_stream_bytes();
   // A rank's own part of an exchange (allgather, alltoall) into its output.
@@ -174,6 +177,7 @@ class ShmTransport : public Transport {
   size_t chunk_ = 0;        // bytes of one half-slot
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
   size_t stream_bytes_ = 0;       // 0: plain copies into the slots
+  size_t stream_pushes_from_ = 0;  // 0: pushes follow stream_bytes_ alone (few cores, or HORO_SHM_STREAM_BYTES given)
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
   size_t exchange_single_copy_bytes_ = 0;
   size_t broadcast_single_copy_bytes_ = 0;
