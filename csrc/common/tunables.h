@@ -43,6 +43,9 @@ struct Tunables {
   // broadcast from its own; -1 (auto) is settled at init, as shm_exchange_single_copy_bytes is.
   int64_t shm_single_copy_bytes = -1;
   int64_t shm_broadcast_single_copy_bytes = -1;
+  // shm gather and scatter into outputs in the heaps from this size: the root reads (gather) or
+  // the receivers read (scatter) part of the rows while the others push the rest; -1: auto.
+  int64_t shm_rooted_share_bytes = -1;
   // shm allgather/alltoall from this many bytes per peer: every rank reads its peers' buffers (0: never);
   // -1 (auto) is settled at init, from whether this host runs more ranks than cores.
   int64_t shm_exchange_single_copy_bytes = -1;

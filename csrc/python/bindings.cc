@@ -108,8 +108,14 @@ void init(int64_t fortran_comm) {
     // 2-8 MiB 0.90-0.93. Scatter at np=2: 1.06-1.14 from 1 MiB; gather unmeasured: both stay at 16 MiB.
     tunables.shm_broadcast_single_copy_bytes = oversubscribed ? 16777216 : 65536;
     tunables.shm_single_copy_bytes = 16777216;
+    // A gather or scatter into the heaps, the idle side reading a share (ShmTransport::gatherv,
+    // scatterv), tunable_ab, time shared / not: np=2 scatter 1 MiB 0.76, 4 MiB 0.84 (four jobs each;
+    // 64-256 KiB 1.04-1.06), gather 0.78 / 0.79 (64-256 KiB 0.91-0.95); np=4 on 2 cores (three jobs)
+    // scatter 64 KiB 1.31, 256 KiB 1.26, 1 MiB 0.89, 4 MiB 0.77, gather 1.24 / 1.19 / 0.95 / 0.94.
+    tunables.shm_rooted_share_bytes = oversubscribed ? 1048576 : 65536;
   } else {
     tunables.shm_broadcast_single_copy_bytes = tunables.shm_single_copy_bytes;
+    tunables.shm_rooted_share_bytes = tunables.shm_single_copy_bytes;
   }
   if (tunables.shm_allreduce_push_bytes < 0) {  // auto
     // The pushes come before the round's last step, the copies out they save after it: where ranks

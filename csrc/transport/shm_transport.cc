@@ -77,23 +77,25 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
   // (Rank 0's choice of stores too, which changes no step, so that every rank probes or none.)
   const int64_t stream = inner_->settings().shm_stream_bytes;
   const TransportSettings& s = inner_->settings();
-  uint64_t protocol[8] = {small_bytes_, s.shm_single_copy_bytes, s.shm_exchange_single_copy_bytes,
+  uint64_t protocol[9] = {small_bytes_, s.shm_single_copy_bytes, s.shm_exchange_single_copy_bytes,
                           s.shm_allreduce_push_bytes, stream < 0 ? kAuto : static_cast<uint64_t>(stream),
                           s.shm_broadcast_single_copy_bytes, s.shm_reduce_single_copy_bytes,
-                          s.shm_rooted_reduce_single_copy_bytes};
-  MPI_Bcast(protocol, 8, MPI_UINT64_T, 0, inner_->comm());
+                          s.shm_rooted_reduce_single_copy_bytes, s.shm_rooted_share_bytes};
+  MPI_Bcast(protocol, 9, MPI_UINT64_T, 0, inner_->comm());
   small_bytes_ = protocol[0];
   allreduce_push_bytes_ = protocol[3];
   stream_bytes_ = protocol[4] == kAuto ? choose_stream_bytes() : protocol[4];
   const unsigned storing = std::min<unsigned>(size_, std::max(1u, std::thread::hardware_concurrency()));
   stream_pushes_from_ = protocol[4] == kAuto && storing >= kManyCoresStoring ? kStreamBeyondL2 : 0;
-  if ((protocol[1] > 0 || protocol[2] > 0 || protocol[5] > 0 || protocol[6] > 0 || protocol[7] > 0) &&
+  const int reads[] = {1, 2, 5, 6, 7, 8};  // the thresholds of cross-memory reads and writes
+  if (std::any_of(std::begin(reads), std::end(reads), [&](int i) { return protocol[i] > 0; }) &&
       cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = protocol[1];
     exchange_single_copy_bytes_ = protocol[2];
     broadcast_single_copy_bytes_ = protocol[5];
     reduce_single_copy_bytes_ = protocol[6];
     rooted_reduce_single_copy_bytes_ = protocol[7];
+    rooted_share_bytes_ = protocol[8];
   }
 }
 
@@ -120,9 +122,11 @@ void ShmTransport::publish_addresses(const void* address, const void* extra) {
   step();
 }
 
-bool ShmTransport::outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at) {
+bool ShmTransport::outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at,
+                                    const void* input) {
   begin_round();
   mail(rank_)[0] = heap_.locate(output, bytes);
+  mail(rank_)[1] = reinterpret_cast<uint64_t>(input);
   if (recv_at) std::memcpy(slot(rank_), recv_at->data(), recv_at->size() * sizeof(size_t));
   step();
   return outputs_located();
@@ -530,8 +534,19 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   // Only the root's output matters: the others' are empty, which is anywhere. A small gather
   // takes one step through the segment rather than two (np=2, 4 KiB: 6-11 us against 8-12).
   const size_t total = offset.back() + byte_counts.back();
-  if (heap_.enabled() && total >= kPushRootedFrom && outputs_in_heaps(out, rank_ == root ? total : 0)) {
-    if (rank_ != root && byte_counts[rank_]) push_to_output(outputs_[root] + offset[rank_], my, byte_counts[rank_], byte_counts[rank_]);
+  // Where the root's output lies in its heap, each sender writes its rows straight into it. From
+  // rooted_share_bytes_, the root, idle otherwise, reads the first 1/size of every sender's rows
+  // meanwhile (as a scatter's root writes the last 1/size of every receiver's).
+  const bool share = reads_directly(rooted_share_bytes_, total) && size_ <= kMostRanksReadingOneRoot;
+  if (heap_.enabled() && total >= kPushRootedFrom &&
+      outputs_in_heaps(out, rank_ == root ? total : 0, nullptr, share ? my : nullptr)) {
+    const auto root_part = [this, share](size_t rows) { return share ? round_down(rows / size_, kLine) : 0; };
+    for (int p = 0; p < size_ && rank_ == root; ++p) {
+      if (p != root) read_from(p, mail(p)[1], out + offset[p], root_part(byte_counts[p]));
+    }
+    const size_t from = root_part(byte_counts[rank_]), n = byte_counts[rank_] - from;
+    if (rank_ != root && n) push_to_output(outputs_[root] + offset[rank_] + from, my + from, n, n);
+    if (share) return finish_reads();  // the senders' inputs stay untouched until the root has read them
     return pushed(/*wait=*/rank_ == root);  // a sender needs nothing back
   }
   if (reads_directly(single_copy_bytes_, total)) {
@@ -568,13 +583,20 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
   if (rank_ == root && byte_counts[root]) copy_bytes(my, in + offset[root], byte_counts[root]);
   const size_t total = offset.back() + byte_counts.back();
   // Where every receiver's output lies in its heap, the root writes each one's rows straight into
-  // it: one copy, and the receivers have nothing to do but wait for it. (The root's own is anywhere.)
-  if (heap_.enabled() && total >= kPushRootedFrom && outputs_in_heaps(my, rank_ == root ? 0 : byte_counts[rank_])) {
+  // it: one copy. (The root's own is anywhere.) From rooted_share_bytes_, the receivers, idle
+  // otherwise, read most of their rows from the root's input meanwhile, and the root writes only
+  // the last 1/size of each (as a broadcast shares the work).
+  const bool share = reads_directly(rooted_share_bytes_, total) && size_ <= kMostRanksReadingOneRoot;
+  if (heap_.enabled() && total >= kPushRootedFrom &&
+      outputs_in_heaps(my, rank_ == root ? 0 : byte_counts[rank_], nullptr, share ? in : nullptr)) {
+    const auto root_part = [this, share](size_t rows) { return share ? round_down(rows / size_, kLine) : rows; };
+    if (rank_ != root) read_from(root, mail(root)[1] + offset[rank_], my, byte_counts[rank_] - root_part(byte_counts[rank_]));
     for (int i = 1; i < size_ && rank_ == root; ++i) {
       const int r = (root + i) % size_;
-      if (byte_counts[r]) push_to_output(outputs_[r], in + offset[r], byte_counts[r], total - byte_counts[root]);
+      const size_t n = root_part(byte_counts[r]), from = byte_counts[r] - n;
+      if (n) push_to_output(outputs_[r] + from, in + offset[r] + from, n, total - byte_counts[root]);
     }
-    return pushed();
+    return share ? finish_reads() : pushed();
   }
   if (reads_directly(single_copy_bytes_, total)) {
     publish_addresses(in);

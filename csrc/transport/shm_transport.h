@@ -150,7 +150,9 @@ class ShmTransport : public Transport {
   // `recv_at`, where each peer's part of it starts). True when every rank's does:
   // outputs_[r] is then rank r's output as mapped here, its `recv_at` in slot(r),
   // and each rank pushes its data into its peers' outputs, then takes pushed().
-  bool outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at = nullptr);
+  // With `input`, each rank's input address is in mail(r)[1].
+  bool outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at = nullptr,
+                        const void* input = nullptr);
   // The same, from the mailboxes of a step just taken (mail word 0: ShmHeap::locate()).
   bool outputs_located();
   // The step after the pushes: every output is whole. A rank that receives nothing (a
@@ -181,6 +183,7 @@ class ShmTransport : public Transport {
   size_t single_copy_bytes_ = 0;  // 0: cross-memory reads unavailable or turned off
   size_t exchange_single_copy_bytes_ = 0;
   size_t broadcast_single_copy_bytes_ = 0;
+  size_t rooted_share_bytes_ = 0;  // gather/scatter into the heaps: the idle side reads a share
   size_t allreduce_push_bytes_ = 0;  // allreduce into outputs in the heaps from this size: pushes
   size_t reduce_single_copy_bytes_ = 0;  // reduce_reading_peers() from this size (0: never)
   size_t rooted_reduce_single_copy_bytes_ = 0;  // the same for a reduce to one root

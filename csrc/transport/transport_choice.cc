@@ -19,6 +19,7 @@ TransportSettings TransportSettings::from(const Tunables& tunables) {
   s.shm_stream_bytes = tunables.shm_stream_bytes;
   s.shm_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_single_copy_bytes));
   s.shm_broadcast_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_broadcast_single_copy_bytes));
+  s.shm_rooted_share_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_rooted_share_bytes));
   s.shm_exchange_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_exchange_single_copy_bytes));
   s.shm_heap_bytes = static_cast<size_t>(tunables.shm_heap_bytes);
   s.shm_allreduce_push_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_allreduce_push_bytes));

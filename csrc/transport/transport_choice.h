@@ -24,6 +24,7 @@ struct TransportSettings {
   int64_t shm_stream_bytes = 0;  // -1: auto (the shared-memory transport measures)
   size_t shm_single_copy_bytes = 0;
   size_t shm_broadcast_single_copy_bytes = 0;
+  size_t shm_rooted_share_bytes = 0;
   size_t shm_exchange_single_copy_bytes = 0;
   size_t shm_heap_bytes = 0;
   size_t shm_allreduce_push_bytes = 0;
