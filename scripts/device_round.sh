@@ -49,7 +49,7 @@ for np in ${NPS:-8 16}; do
 done
 staged bench_resnet50 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py resnet50
 # Host time per small GPU tensor, with a timeline of where the background thread spends it
-# (synchronize went 4.2 -> 8-11 us a tensor between b48a019 and 5632c1b, cause not yet found).
+# (one build's runs spread over 4.2-9.9 us a tensor: compare several).
 staged bench_overhead 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py overhead
 staged bench_overhead_timeline 45 env HORO_TIMELINE="$LOG/overhead_timeline.json" "${MPIRUN[@]}" -np 1 "$PY" \
   benchmarks/gpu_allreduce.py overhead
