@@ -351,7 +351,8 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
     return true;
   }
   bool push = false;
-  const size_t pushes = (root == kEveryRank ? size_ - 1 : 1) * ceil_div(count, size_) * esize;  // about
+  // What this rank pushes in all (push_to_output), give or take the rounding of slices to lines.
+  const size_t pushes = (root == kEveryRank ? size_ - 1 : 1) * ceil_div(count, size_) * esize;
   for (size_t done = 0; done < count; done += per_round) {
     const size_t m = std::min(per_round, count - done);
     const size_t slice = ceil_div(ceil_div(m, size_), align) * align;
