@@ -55,9 +55,9 @@ const std::vector<TunableSpec>& tunable_specs() {
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
        "at most 4 ranks, and the root writes the last 1/size of each receiver's buffer itself; a gather or "
        "scatter into outputs in the heaps likewise: the idle side reads 1 - 1/size or 1/size of the rows while "
-       "the others write the rest into them); 0: never; auto: broadcast, and gather and scatter into the heaps, "
-       "from 65536 while a host runs no more ranks than cores (else 16777216, and 1048576), other gathers and "
-       "scatters from 16777216"},
+       "the others write the rest into them); 0: never; auto: broadcast from 65536 while a host runs no more ranks "
+       "than cores (else 16777216), gather and scatter into the heaps from 524288 (else 1048576), other gathers "
+       "and scatters from 16777216"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
        "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "
        "from one peer (allgather: the largest contribution; alltoall: per pair of ranks); auto: 1048576 "

@@ -112,7 +112,9 @@ void init(int64_t fortran_comm) {
     // scatterv), tunable_ab, time shared / not: np=2 scatter 1 MiB 0.76, 4 MiB 0.84 (four jobs each;
     // 64-256 KiB 1.04-1.06), gather 0.78 / 0.79 (64-256 KiB 0.91-0.95); np=4 on 2 cores (three jobs)
     // scatter 64 KiB 1.31, 256 KiB 1.26, 1 MiB 0.89, 4 MiB 0.77, gather 1.24 / 1.19 / 0.95 / 0.94.
-    tunables.shm_rooted_share_bytes = oversubscribed ? 1048576 : 65536;
+    // Timed alone (barrier-aligned loops of one library's calls, np=2, two jobs each): scatter
+    // 128-256 KiB 1.04-1.14, 512 KiB-1 MiB 0.73-0.92; gather 0.93-1.16 up to 1 MiB, 2-4 MiB 0.72-0.99.
+    tunables.shm_rooted_share_bytes = oversubscribed ? 1048576 : 524288;
   } else {
     tunables.shm_broadcast_single_copy_bytes = tunables.shm_single_copy_bytes;
     tunables.shm_rooted_share_bytes = tunables.shm_single_copy_bytes;
