@@ -23,6 +23,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "transport/mpi_transport.h"
 #include "transport/shm_heap.h"
@@ -136,6 +137,12 @@ class ShmTransport : public Transport {
   uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
   // Piece of `total` bytes that round k carries, `per_round` bytes a round.
   static size_t piece(size_t total, size_t k, size_t per_round);
+  // Rank r's elements [lo, hi) of `count` in a reduce-scatter by slices (allreduce, reduce).
+  std::pair<size_t, size_t> slice_of(int r, size_t count, size_t esize) const;
+  // Ranks this rank's reduced slice goes to: every peer, or a reduce's root.
+  int push_targets(int root) const { return root == kEveryRank ? size_ - 1 : 1; }
+  // Whether a gather or scatter of `total` bytes into the heaps has the idle side read a share.
+  bool shares_rooted_move(size_t total) const;
   // Bytes per round of a move (broadcast, allgather, gather, scatter) whose largest part is `largest`.
   size_t move_piece(size_t largest) const;
   // Whether a move of `bytes` (a size every rank agrees on) reads peers' buffers directly, from
