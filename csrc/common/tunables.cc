@@ -210,6 +210,7 @@ Tunables Tunables::from_environment() {
   t.shm_allreduce_push_bytes = bytes_or_auto("HORO_SHM_ALLREDUCE_PUSH_BYTES");
   t.shm_reduce_single_copy_bytes = bytes_or_auto("HORO_SHM_REDUCE_SINGLE_COPY_BYTES");
   t.shm_rooted_reduce_single_copy_bytes = t.shm_reduce_single_copy_bytes;
+  t.shm_reducescatter_single_copy_bytes = t.shm_reduce_single_copy_bytes;
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");

@@ -55,9 +55,11 @@ struct Tunables {
   int64_t shm_allreduce_push_bytes = -1;
   // shm allreduce (and rooted reduce) from this size: each rank reads its slice of its peers' inputs
   // and writes the result into their outputs (0: never); -1 (auto) is settled at init, as
-  // shm_exchange_single_copy_bytes is. One environment variable sets both.
+  // shm_exchange_single_copy_bytes is. One environment variable sets all three (reducescatter: each
+  // rank reads its rows of its peers' inputs).
   int64_t shm_reduce_single_copy_bytes = -1;
   int64_t shm_rooted_reduce_single_copy_bytes = -1;
+  int64_t shm_reducescatter_single_copy_bytes = -1;
   // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.
   std::string hierarchical_allreduce;  // also decides broadcast
   std::string hierarchical_allgather;

@@ -38,6 +38,9 @@ constexpr unsigned kManyCoresStoring = 8;
 // cores), even at np=4 (2 cores: 6.9 against 7.2 ms; 64 MiB 18.4 against 17.8), and slower at np=8
 // (16 cores: 4.3/4.4 against 3.2/4.0 ms), likely as every reader pins the same pages of the root's.
 constexpr int kMostRanksReadingOneRoot = 4;
+// What a rank reads of one peer at a time where it reduces their inputs directly: the piece stays
+// in L2 for the reduction. np=2 allreduce, 1-16 MiB: 0.92-1.04 of the time of 64 KiB pieces.
+constexpr size_t kReadPieceBytes = 128 * 1024;
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 size_t round_down(size_t n, size_t to) { return n / to * to; }
@@ -77,17 +80,18 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
   // (Rank 0's choice of stores too, which changes no step, so that every rank probes or none.)
   const int64_t stream = inner_->settings().shm_stream_bytes;
   const TransportSettings& s = inner_->settings();
-  uint64_t protocol[9] = {small_bytes_, s.shm_single_copy_bytes, s.shm_exchange_single_copy_bytes,
-                          s.shm_allreduce_push_bytes, stream < 0 ? kAuto : static_cast<uint64_t>(stream),
-                          s.shm_broadcast_single_copy_bytes, s.shm_reduce_single_copy_bytes,
-                          s.shm_rooted_reduce_single_copy_bytes, s.shm_rooted_share_bytes};
-  MPI_Bcast(protocol, 9, MPI_UINT64_T, 0, inner_->comm());
+  uint64_t protocol[10] = {small_bytes_, s.shm_single_copy_bytes, s.shm_exchange_single_copy_bytes,
+                           s.shm_allreduce_push_bytes, stream < 0 ? kAuto : static_cast<uint64_t>(stream),
+                           s.shm_broadcast_single_copy_bytes, s.shm_reduce_single_copy_bytes,
+                           s.shm_rooted_reduce_single_copy_bytes, s.shm_rooted_share_bytes,
+                           s.shm_reducescatter_single_copy_bytes};
+  MPI_Bcast(protocol, 10, MPI_UINT64_T, 0, inner_->comm());
   small_bytes_ = protocol[0];
   allreduce_push_bytes_ = protocol[3];
   stream_bytes_ = protocol[4] == kAuto ? choose_stream_bytes() : protocol[4];
   const unsigned storing = std::min<unsigned>(size_, std::max(1u, std::thread::hardware_concurrency()));
   stream_pushes_from_ = protocol[4] == kAuto && storing >= kManyCoresStoring ? kStreamBeyondL2 : 0;
-  const int reads[] = {1, 2, 5, 6, 7, 8};  // the thresholds of cross-memory reads and writes
+  const int reads[] = {1, 2, 5, 6, 7, 8, 9};  // the thresholds of cross-memory reads and writes
   if (std::any_of(std::begin(reads), std::end(reads), [&](int i) { return protocol[i] > 0; }) &&
       cross_memory_works(inner_->comm())) {
     single_copy_bytes_ = protocol[1];
@@ -96,6 +100,7 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
     reduce_single_copy_bytes_ = protocol[6];
     rooted_reduce_single_copy_bytes_ = protocol[7];
     rooted_share_bytes_ = protocol[8];
+    reducescatter_single_copy_bytes_ = protocol[9];
   }
 }
 
@@ -416,28 +421,15 @@ void ShmTransport::reduce_reading_peers(const char* in, char* out, size_t count,
   // (stored straight into them where they are in the heaps).
   // No one else reads or writes a rank's slice of any buffer, so no step is needed in between,
   // in place too: a peer's input there is read before its output there is written, both by
-  // the slice's owner. 128 KiB pieces: np=2, 1-16 MiB, 0.92-1.04 of the time of 64 KiB ones.
-  constexpr size_t kPieceBytes = 128 * 1024;
+  // the slice's owner.
   const size_t esize = dtype_size(dtype);
   const auto [lo, hi] = slice_of(rank_, count, esize);
-  const size_t per_piece = kPieceBytes / esize;
+  const size_t per_piece = kReadPieceBytes / esize;
   const size_t pushes = push_targets(root) * (hi - lo) * esize;
-  piece_.resize(kPieceBytes);
   for (size_t at = lo; at < hi; at += per_piece) {
     const size_t n = std::min(per_piece, hi - at);
     char* mine = out + at * esize;
-    // In rank order after this rank's own part, as the other paths reduce.
-    bool first = true;
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      read_from(p, mail(p)[1] + at * esize, piece_.data(), n * esize);
-      if (first) {
-        reduce_own_with(dtype, op, mine, in + at * esize, piece_.data(), n);
-        first = false;
-      } else {
-        reduce_into(dtype, op, mine, piece_.data(), n);
-      }
-    }
+    reduce_with_peers_inputs(mine, in + at * esize, 1, at * esize, n, dtype, op);
     scale_buffer(dtype, mine, n, scale);
     for (int p = 0; p < size_; ++p) {
       if (p == rank_ || (root != kEveryRank && p != root)) continue;
@@ -449,6 +441,24 @@ void ShmTransport::reduce_reading_peers(const char* in, char* out, size_t count,
     }
   }
   finish_reads();  // every output whole, and every input free to change
+}
+
+void ShmTransport::reduce_with_peers_inputs(char* mine, const char* own, int word, size_t at, size_t n,
+                                            DataType dtype, ReduceOp op) {
+  const size_t bytes = n * dtype_size(dtype);
+  piece_.resize(kReadPieceBytes);
+  // In rank order after this rank's own part, as the other paths reduce.
+  bool first = true;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    read_from(p, mail(p)[word] + at, piece_.data(), bytes);
+    if (first) {
+      reduce_own_with(dtype, op, mine, own, piece_.data(), n);
+      first = false;
+    } else {
+      reduce_into(dtype, op, mine, piece_.data(), n);
+    }
+  }
 }
 
 bool ShmTransport::native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
@@ -471,6 +481,24 @@ bool ShmTransport::native_reduce_scatter(const void* input, void* output, const 
   // reduces its slice): nobody else reads them. In place, its output rows may overlap its
   // own input rows at another offset, which the reduce kernels (__restrict) do not allow.
   const bool own_from_input = in != out;
+  const size_t total = (offset.back() + counts.back()) * esize;
+  if (size_ > 1 && reads_directly(reducescatter_single_copy_bytes_, total)) {
+    // Each rank reads its rows of every peer's input and reduces them: one copy, where the
+    // slots take two. In place, the output's rows are other ranks' rows of the input, which
+    // they may still be reading: the result waits in `rows_` until every read is done.
+    publish_addresses(in);
+    const size_t n = counts[rank_], per_piece = kReadPieceBytes / esize;
+    if (!own_from_input) rows_.resize(n * esize);
+    char* dst = own_from_input ? out : rows_.data();
+    for (size_t at = 0; at < n; at += per_piece) {
+      const size_t m = std::min(per_piece, n - at);
+      const size_t from = (offset[rank_] + at) * esize;
+      reduce_with_peers_inputs(dst + at * esize, in + from, 0, from, m, dtype, op);
+    }
+    finish_reads();
+    if (!own_from_input) copy_bytes(out, dst, n * esize);
+    return true;
+  }
   for (size_t k = 0; k < rounds; ++k) {
     begin_round();
     for (int r = 0; r < size_; ++r) {

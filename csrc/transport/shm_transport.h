@@ -91,6 +91,10 @@ class ShmTransport : public Transport {
   // in its rank's heap.
   void reduce_reading_peers(const char* in, char* out, size_t count, DataType dtype, ReduceOp op, double scale,
                             int root, bool push);
+  // mine = own (op) every peer's `n` elements from byte `at` of the buffer in its mailbox word
+  // `word`, each read into piece_ (kReadPieceBytes at most) and reduced from there.
+  void reduce_with_peers_inputs(char* mine, const char* own, int word, size_t at, size_t n, DataType dtype,
+                                ReduceOp op);
   // Rounds alternate between the two halves of every slot: a rank may fill
   // half h again only after a step of the round in between, which every
   // peer reaches after it has finished reading half h.
@@ -194,8 +198,10 @@ class ShmTransport : public Transport {
   size_t allreduce_push_bytes_ = 0;  // allreduce into outputs in the heaps from this size: pushes
   size_t reduce_single_copy_bytes_ = 0;  // reduce_reading_peers() from this size (0: never)
   size_t rooted_reduce_single_copy_bytes_ = 0;  // the same for a reduce to one root
+  size_t reducescatter_single_copy_bytes_ = 0;  // ... and for a reducescatter
   std::string read_error_;
   std::vector<char> piece_;  // reduce_reading_peers(): peers' parts of a piece, read here
+  std::vector<char> rows_;   // an in-place reducescatter's result, until its peers' reads are done
   std::chrono::microseconds spin_{0};
   bool spin_yields_ = true;
   // Atomic: the background thread reads it (peers_ahead) while a caller may run a cycle.

@@ -26,6 +26,8 @@ TransportSettings TransportSettings::from(const Tunables& tunables) {
   s.shm_reduce_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_reduce_single_copy_bytes));
   s.shm_rooted_reduce_single_copy_bytes =
       static_cast<size_t>(std::max<int64_t>(0, tunables.shm_rooted_reduce_single_copy_bytes));
+  s.shm_reducescatter_single_copy_bytes =
+      static_cast<size_t>(std::max<int64_t>(0, tunables.shm_reducescatter_single_copy_bytes));
   s.spin_microseconds = tunables.spin_microseconds;
   s.spin_yields = tunables.spin_yields;
   return s;

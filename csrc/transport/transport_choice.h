@@ -30,6 +30,7 @@ struct TransportSettings {
   size_t shm_allreduce_push_bytes = 0;
   size_t shm_reduce_single_copy_bytes = 0;
   size_t shm_rooted_reduce_single_copy_bytes = 0;
+  size_t shm_reducescatter_single_copy_bytes = 0;
   int spin_microseconds = 0;
   bool spin_yields = true;
 
