@@ -487,16 +487,17 @@ bool ShmTransport::native_reduce_scatter(const void* input, void* output, const 
     // slots take two. In place, the output's rows are other ranks' rows of the input, which
     // they may still be reading: the result waits in `rows_` until every read is done.
     publish_addresses(in);
+    const bool in_place = !own_from_input;
     const size_t n = counts[rank_], per_piece = kReadPieceBytes / esize;
-    if (!own_from_input) rows_.resize(n * esize);
-    char* dst = own_from_input ? out : rows_.data();
+    if (in_place) rows_.resize(n * esize);
+    char* dst = in_place ? rows_.data() : out;
     for (size_t at = 0; at < n; at += per_piece) {
       const size_t m = std::min(per_piece, n - at);
       const size_t from = (offset[rank_] + at) * esize;
       reduce_with_peers_inputs(dst + at * esize, in + from, 0, from, m, dtype, op);
     }
     finish_reads();
-    if (!own_from_input) copy_bytes(out, dst, n * esize);
+    if (in_place) copy_bytes(out, dst, n * esize);
     return true;
   }
   for (size_t k = 0; k < rounds; ++k) {

@@ -200,7 +200,7 @@ class ShmTransport : public Transport {
   size_t rooted_reduce_single_copy_bytes_ = 0;  // the same for a reduce to one root
   size_t reducescatter_single_copy_bytes_ = 0;  // ... and for a reducescatter
   std::string read_error_;
-  std::vector<char> piece_;  // reduce_reading_peers(): peers' parts of a piece, read here
+  std::vector<char> piece_;  // reduce_with_peers_inputs(): one peer's part of a piece, read here
   std::vector<char> rows_;   // an in-place reducescatter's result, until its peers' reads are done
   std::chrono::microseconds spin_{0};
   bool spin_yields_ = true;
