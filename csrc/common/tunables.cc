@@ -73,10 +73,12 @@ const std::vector<TunableSpec>& tunable_specs() {
        "(always) while a host runs no more ranks than cores, else 1048576 (where ranks share cores, the pushes "
        "lengthen the wait for the last rank)"},
       {"HORO_SHM_REDUCE_SINGLE_COPY_BYTES", "", "auto",
-       "shared-memory allreduce and reduce from this size: each rank reads its slice of every peer's input "
+       "shared-memory allreduce, reduce and reducescatter from this size: each rank reads its slice (reducescatter: "
+       "its rows) of every peer's input "
        "directly (process_vm_readv) and writes the reduced slice into their outputs (process_vm_writev, or stores "
        "where every output is in its rank's heap), where the kernel allows it; 0: never; auto: 524288 or 131072 "
-       "per rank on the host, whichever is larger, while it runs no more ranks than cores, else 1048576 for allreduce and 16777216 for reduce"},
+       "per rank on the host, whichever is larger, while it runs no more ranks than cores, else 1048576 for allreduce and 16777216 for reduce; "
+       "a reducescatter from 4194304 everywhere"},
       {"HORO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto",
        "auto | 0 | 1: allreduce (and broadcast) across hosts as intra-host reduce-scatter, cross-host allreduce "
        "of each local rank's slice, intra-host all-gather; auto: when the job spans hosts with several ranks each, "
