@@ -276,7 +276,7 @@ void Executor::broadcast(std::vector<TensorEntry>& entries, bool preloaded) {
     if (root && e.output != e.input) copy_bytes(e.output, e.input, bytes);
     const int64_t t = timeline_.activity_start();
     if (preloaded) {
-      if (!root) copy_bytes(e.output, transport_.preloaded(spec.root), bytes);
+      if (!root) transport_.read_preloaded(spec.root, 0, e.output, bytes);
       return timeline_.activity("SHM_PRELOADED_BCAST", t);
     }
     transport_.broadcast(e.output, bytes, spec.root);
@@ -373,7 +373,7 @@ void Executor::scatter(TensorEntry& e, bool preloaded) {
   const int64_t t = timeline_.activity_start();
   if (preloaded) {  // this rank's rows, straight from the root's input
     const size_t at = rows_before_rank(e.request.shape[0], n, me) * row_bytes;
-    copy_bytes(e.output, transport_.preloaded(e.request.root) + at, rows[me] * row_bytes);
+    transport_.read_preloaded(e.request.root, at, e.output, rows[me] * row_bytes);
     return timeline_.activity("SHM_PRELOADED_SCATTERV", t);
   }
   std::vector<size_t> bytes;

@@ -27,6 +27,9 @@ struct alignas(64) ShmRankState {
   // peers that begin a cycle need not wake its background thread then.
   std::atomic<uint32_t> caller_cycles{0};
   Doorbell idle;  // the rank's idle background thread sleeps here
+  // How much of each preload area holds this cycle's input: (cycle << 32) | bytes. A root's
+  // input is copied in after its arrival at the control step, piece by piece (ShmTransport).
+  std::atomic<uint64_t> preloaded[2] = {0, 0};
 };
 
 // Small fixed-size values a round carries beside its data (lengths, counts).

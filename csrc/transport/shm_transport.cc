@@ -311,12 +311,15 @@ void ShmTransport::keep_mpi_moving() {
 
 void ShmTransport::fail_if_a_peer_died() {
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_ || segment_.state(p).seq.load() >= seq_) continue;
-    const pid_t pid = segment_.state(p).pid.load();
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-      throw Error("rank " + std::to_string(p) + " of this process set (pid " + std::to_string(pid) +
-                  ") exited while rank " + std::to_string(rank_) + " waited for it in shared memory");
-    }
+    if (p != rank_ && segment_.state(p).seq.load() < seq_) fail_if_dead(p);
+  }
+}
+
+void ShmTransport::fail_if_dead(int peer) {
+  const pid_t pid = segment_.state(peer).pid.load();
+  if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+    throw Error("rank " + std::to_string(peer) + " of this process set (pid " + std::to_string(pid) +
+                ") exited while rank " + std::to_string(rank_) + " waited for it in shared memory");
   }
 }
 
@@ -764,12 +767,53 @@ void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
   ++preloads_;
   char* area = segment_.preload_area(rank_, preloads_ & 1);
   bytes = std::min(bytes, preload_capacity());
+  // Where ranks outnumber cores, readers waiting on pieces would take the core the root copies on.
+  if (rooted && bytes > kPreloadPieceBytes && !spin_yields_) {
+    deferred_input_ = static_cast<const char*>(input);
+    deferred_bytes_ = bytes;
+    return;
+  }
   // Only a root's input (broadcast, scatter) streams: a preload is small, and an alltoall's
   // streamed one ran 1.13-1.25x slower (in-job A/B, 16 KiB); every peer reads the root's area.
   if (rooted) {
     copy_for_peers(area, input, bytes);
   } else {
     copy_bytes(area, input, bytes);
+  }
+  segment_.state(rank_).preloaded[preloads_ & 1].store(preloads_ << 32 | bytes, std::memory_order_release);
+}
+
+void ShmTransport::fill_deferred_preload() {
+  char* area = segment_.preload_area(rank_, preloads_ & 1);
+  std::atomic<uint64_t>& ready = segment_.state(rank_).preloaded[preloads_ & 1];
+  const char* input = std::exchange(deferred_input_, nullptr);
+  const bool stream = stream_bytes_ > 0 && deferred_bytes_ >= stream_bytes_;
+  for (size_t at = 0; at < deferred_bytes_; at += kPreloadPieceBytes) {
+    const size_t n = std::min(kPreloadPieceBytes, deferred_bytes_ - at);
+    stream ? stream_bytes(area + at, input + at, n) : copy_bytes(area + at, input + at, n);
+    ready.store(preloads_ << 32 | (at + n), std::memory_order_release);
+  }
+}
+
+void ShmTransport::read_preloaded(int rank, size_t at, void* out, size_t bytes) {
+  const std::atomic<uint64_t>& ready = segment_.state(rank).preloaded[preloads_ & 1];
+  const char* area = preloaded(rank);
+  char* to = static_cast<char*>(out);
+  // What the root has copied in of this cycle's input (a word from an earlier cycle: nothing).
+  auto filled = [&] {
+    const uint64_t word = ready.load(std::memory_order_acquire);
+    return word >> 32 == (preloads_ & 0xffffffffu) ? static_cast<size_t>(word & 0xffffffffu) : 0;
+  };
+  for (size_t from = at, end = at + bytes; from < end;) {
+    size_t have = filled();
+    if (have <= from) {
+      // The root is copying (it arrived at the step): a dead one is noticed between spins.
+      while (!spin_for([&] { return filled() > from; }, spin_, spin_yields_)) fail_if_dead(rank);
+      have = filled();
+    }
+    const size_t n = std::min(end, have) - from;
+    copy_bytes(to + (from - at), area + from, n);
+    from += n;
   }
 }
 
@@ -779,7 +823,14 @@ void ShmTransport::allreduce_bitand(std::vector<uint64_t>& words) {
     const size_t n = std::min(per_round, words.size() - done);
     begin_round();
     copy_bytes(slot(rank_), words.data() + done, n * sizeof(uint64_t));
-    step();
+    if (deferred_input_) {  // step(), with the preload copied in between arriving and waiting
+      const int missing = arrive();
+      fill_deferred_preload();
+      if (missing < size_) await_step(seq_, missing);
+      unawaited_ = 0;
+    } else {
+      step();
+    }
     for (int p = 0; p < size_; ++p) {
       const uint64_t* theirs = reinterpret_cast<const uint64_t*>(slot(p));
       for (size_t i = 0; i < n; ++i) words[done + i] &= theirs[i];

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/copy_bytes.h"
 #include "common/function_ref.h"
 #include "common/types.h"
 #include "reduce/reduce_kernels.h"
@@ -98,6 +99,11 @@ class Transport {
   virtual size_t preload_capacity() const { return 0; }
   virtual void preload(const void* /*input*/, size_t /*bytes*/, bool /*rooted*/) {}
   virtual const char* preloaded(int /*rank*/) { return nullptr; }
+  // A rooted input's bytes [at, at + bytes) into `out`: the root may still be copying it in,
+  // so readers go through here rather than preloaded().
+  virtual void read_preloaded(int rank, size_t at, void* out, size_t bytes) {
+    copy_bytes(out, preloaded(rank) + at, bytes);
+  }
 
   // Control plane, used by the controller once per cycle.
   // Bitwise AND of `words` across ranks, in place. Waits politely: the other
