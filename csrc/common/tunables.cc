@@ -37,8 +37,8 @@ const std::vector<TunableSpec>& tunable_specs() {
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
       {"HORO_SHM_PRELOAD_BYTES", "", "65536",
        "a cached shared-memory broadcast, scatter or reducescatter whose input is at most this size "
-       "(allreduce, reduce, allgather and alltoall: HORO_SHM_SMALL_BYTES) travels with the cycle's control step: one rendezvous "
-       "instead of two; 0: never"},
+       "(allreduce, allgather and alltoall: HORO_SHM_SMALL_BYTES; reduce too, but between 2 ranks with cores of their own) "
+       "travels with the cycle's control step: one rendezvous instead of two; 0: never"},
       {"HORO_SPIN_MICROSECONDS", "", "auto",
        "how long a wait for another rank or thread spins (a pause, and yielding the core where ranks outnumber cores) "
        "before it sleeps; "

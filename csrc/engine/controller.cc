@@ -43,7 +43,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 // Bytes of this rank's input that `q`'s collective reads from its peers'
 // preloaded inputs, or -1 where it cannot run from them (it runs as negotiated).
 // Reductions there go in rank order, as the transport's one-step allreduce does.
-int64_t preload_bytes(const Request& q, int set_rank, int root_set_rank, const Tunables& t) {
+int64_t preload_bytes(const Request& q, int set_rank, int set_size, int root_set_rank, const Tunables& t) {
   if (q.memory != Memory::kHost) return -1;
   const int64_t bytes = q.num_elements() * static_cast<int64_t>(dtype_size(q.dtype));
   const bool reduces_as_is = q.prescale == 1.0 && q.op != ReduceOp::kAdasum;
@@ -54,8 +54,14 @@ int64_t preload_bytes(const Request& q, int set_rank, int root_set_rank, const T
       return reduces_as_is && t.allreduce_algo != "ring" && bytes <= t.shm_small_bytes ? bytes : -1;
     case CollectiveType::kReducescatter: return reduces_as_is && t.reducescatter_algo != "ring" ? bytes : -1;
     // Only the root reduces, from every rank's input; the others are done once the step is. Above
-    // the one-step size the allreduce's shared reduction wins (np=2, 64 KiB: 37.7 us against 32.2).
-    case CollectiveType::kReduce: return reduces_as_is && bytes <= t.shm_small_bytes ? bytes : -1;
+    // the one-step size the allreduce's shared reduction won (np=2, 64 KiB: 37.7 us against 32.2)
+    // until the root could reduce each piece of its peer's input as it came in (transport.h), where
+    // ranks have cores of their own: np=2, 32 / 64 KiB in 0.64 / 0.82 of the time. Not measured
+    // with more ranks, where the root alone reads every peer's input.
+    case CollectiveType::kReduce: {
+      const bool in_pieces = set_size == 2 && !t.spin_yields;
+      return reduces_as_is && bytes <= (in_pieces ? t.shm_preload_bytes : t.shm_small_bytes) ? bytes : -1;
+    }
     // Larger exchanges write straight into their peers' outputs (transport/shm_heap.h): preloaded,
     // each rank copies everything twice (np=2 allgather, 32 KiB per rank: 10.7 against 9.1 us).
     case CollectiveType::kAllgather: return t.allgather_algo != "ring" && bytes <= t.shm_small_bytes ? bytes : -1;
@@ -242,7 +248,8 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
   if (first && !joined_) {
     // Callers name roots by global rank.
     const auto root = std::find(members_.begin(), members_.end(), first->request.root);
-    bytes = preload_bytes(first->request, transport_.rank(), static_cast<int>(root - members_.begin()), tunables_);
+    bytes = preload_bytes(first->request, transport_.rank(), transport_.size(), static_cast<int>(root - members_.begin()),
+                          tunables_);
     if (bytes >= 0 && static_cast<size_t>(bytes) <= transport_.preload_capacity()) input = input_of(first->request);
   }
   if (!input) {

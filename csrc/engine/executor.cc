@@ -60,10 +60,16 @@ void Executor::reduce(const void* input, void* output, size_t count, DataType dt
 void Executor::reduce_preloaded(void* output, size_t offset, size_t count, DataType dtype, ReduceOp op,
                                 double scale, const char* label) {
   const int64_t t = timeline_.activity_start();
-  const size_t at = offset * dtype_size(dtype);
-  reduce_to(dtype, op, output, transport_.preloaded(0) + at, transport_.preloaded(1) + at, count);
-  for (int p = 2; p < transport_.size(); ++p) reduce_into(dtype, op, output, transport_.preloaded(p) + at, count);
-  scale_buffer(dtype, output, count, scale);
+  const size_t esize = dtype_size(dtype), per_piece = Transport::kPreloadPieceBytes / esize;
+  // A piece at a time, as the peers' inputs come in (Transport::await_preloaded).
+  for (size_t done = 0; done < count; done += per_piece) {
+    const size_t n = std::min(per_piece, count - done), at = (offset + done) * esize;
+    for (int p = 0; p < transport_.size(); ++p) transport_.await_preloaded(p, at + n * esize);
+    char* out = static_cast<char*>(output) + done * esize;
+    reduce_to(dtype, op, out, transport_.preloaded(0) + at, transport_.preloaded(1) + at, n);
+    for (int p = 2; p < transport_.size(); ++p) reduce_into(dtype, op, out, transport_.preloaded(p) + at, n);
+    scale_buffer(dtype, out, n, scale);
+  }
   timeline_.activity(label, t);
 }
 
@@ -218,7 +224,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     const int64_t t = timeline_.activity_start();
     char* out = entries.front().allocated->bytes.data();
     for (int r = 0; r < n; ++r) {
-      copy_bytes(out + layout.offset[r] * esize, transport_.preloaded(r), layout.count[r] * esize);
+      transport_.read_preloaded(r, 0, out + layout.offset[r] * esize, layout.count[r] * esize);
     }
     return timeline_.activity("SHM_PRELOADED_ALLGATHERV", t);
   }
@@ -333,7 +339,7 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     for (int r = 0; r < n; ++r) {
       size_t from = 0;
       for (int j = 0; j < me; ++j) from += static_cast<size_t>(agreed.per_rank[r * n + j]) * row_bytes;
-      copy_bytes(out->bytes.data() + at, transport_.preloaded(r) + from, recv_bytes[r]);
+      transport_.read_preloaded(r, from, out->bytes.data() + at, recv_bytes[r]);
       at += recv_bytes[r];
     }
     timeline_.activity("SHM_PRELOADED_ALLTOALLV", t);

@@ -767,10 +767,11 @@ void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
   ++preloads_;
   char* area = segment_.preload_area(rank_, preloads_ & 1);
   bytes = std::min(bytes, preload_capacity());
-  // Where ranks outnumber cores, readers waiting on pieces would take the core the root copies on.
-  if (rooted && bytes > kPreloadPieceBytes && !spin_yields_) {
+  // Where ranks outnumber cores, readers waiting on pieces would take the core this rank copies on.
+  if (bytes > kPreloadPieceBytes && !spin_yields_) {
     deferred_input_ = static_cast<const char*>(input);
     deferred_bytes_ = bytes;
+    deferred_rooted_ = rooted;
     return;
   }
   // Only a root's input (broadcast, scatter) streams: a preload is small, and an alltoall's
@@ -787,7 +788,7 @@ void ShmTransport::fill_deferred_preload() {
   char* area = segment_.preload_area(rank_, preloads_ & 1);
   std::atomic<uint64_t>& ready = segment_.state(rank_).preloaded[preloads_ & 1];
   const char* input = std::exchange(deferred_input_, nullptr);
-  const bool stream = stream_bytes_ > 0 && deferred_bytes_ >= stream_bytes_;
+  const bool stream = deferred_rooted_ && stream_bytes_ > 0 && deferred_bytes_ >= stream_bytes_;
   for (size_t at = 0; at < deferred_bytes_; at += kPreloadPieceBytes) {
     const size_t n = std::min(kPreloadPieceBytes, deferred_bytes_ - at);
     stream ? stream_bytes(area + at, input + at, n) : copy_bytes(area + at, input + at, n);
@@ -795,26 +796,17 @@ void ShmTransport::fill_deferred_preload() {
   }
 }
 
-void ShmTransport::read_preloaded(int rank, size_t at, void* out, size_t bytes) {
+void ShmTransport::await_preloaded(int rank, size_t bytes) {
   const std::atomic<uint64_t>& ready = segment_.state(rank).preloaded[preloads_ & 1];
-  const char* area = preloaded(rank);
-  char* to = static_cast<char*>(out);
-  // What the root has copied in of this cycle's input (a word from an earlier cycle: nothing).
-  auto filled = [&] {
+  // This cycle's input, `bytes` of it at least (a word from an earlier cycle: none of it; the
+  // count of cycles wraps at 2^32, hence equal, not at least).
+  auto there = [&] {
     const uint64_t word = ready.load(std::memory_order_acquire);
-    return word >> 32 == (preloads_ & 0xffffffffu) ? static_cast<size_t>(word & 0xffffffffu) : 0;
+    return word >> 32 == (preloads_ & 0xffffffffu) && (word & 0xffffffffu) >= bytes;
   };
-  for (size_t from = at, end = at + bytes; from < end;) {
-    size_t have = filled();
-    if (have <= from) {
-      // The root is copying (it arrived at the step): a dead one is noticed between spins.
-      while (!spin_for([&] { return filled() > from; }, spin_, spin_yields_)) fail_if_dead(rank);
-      have = filled();
-    }
-    const size_t n = std::min(end, have) - from;
-    copy_bytes(to + (from - at), area + from, n);
-    from += n;
-  }
+  if (there()) return;
+  // The rank is copying (it arrived at the step): a dead one is noticed between spins.
+  while (!spin_for(there, spin_, spin_yields_)) fail_if_dead(rank);
 }
 
 void ShmTransport::allreduce_bitand(std::vector<uint64_t>& words) {

@@ -71,7 +71,7 @@ class ShmTransport : public Transport {
   void preload(const void* input, size_t bytes, bool rooted) override;
   // Cycles alternate between a rank's two areas, as rounds do between halves.
   const char* preloaded(int rank) override { return segment_.preload_area(rank, preloads_ & 1); }
-  void read_preloaded(int rank, size_t at, void* out, size_t bytes) override;
+  void await_preloaded(int rank, size_t bytes) override;
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
   void broadcast_bytes(std::string& data, int root) override;
@@ -87,12 +87,11 @@ class ShmTransport : public Transport {
   // and need not wait for the last step.
   static constexpr int kEveryRank = -1;
   bool reduce_for(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale, int root);
-  // A root's preload larger than one piece is copied in after its arrival at the control
+  // A preload larger than one piece is copied in after this rank's arrival at the control
   // step, a piece at a time, each announced in its state's preloaded[] word: the readers,
-  // released by the step, copy a piece out while the root copies the next one in, where
-  // copying everything in before arriving had them wait for all of it (np=2, broadcast of
-  // 16-64 KiB: 0.84-0.87 of the time, scatter 0.89-0.93; pieces of 4 or 16 KiB did less).
-  static constexpr size_t kPreloadPieceBytes = 8 << 10;
+  // released by the step, read a piece while this rank copies the next one in, where copying
+  // everything in before arriving had them wait for all of it (np=2, broadcast of 16-64 KiB:
+  // 0.84-0.87 of the time, scatter 0.89-0.93; pieces of 4 or 16 KiB did less).
   void fill_deferred_preload();
   // reduce_for's path from (rooted_)reduce_single_copy_bytes_: every rank's input and output
   // address in its mailbox (words 1 and 2), from the step just taken; `push`: every output is
@@ -218,8 +217,9 @@ class ShmTransport : public Transport {
   uint64_t unawaited_ = 0;  // a step this rank left without waiting (step_without_waiting)
   uint64_t rounds_ = 0;
   uint64_t preloads_ = 0;  // cycles: preload() calls
-  const char* deferred_input_ = nullptr;  // preload(): a root's input, copied in by fill_deferred_preload()
+  const char* deferred_input_ = nullptr;  // preload(): an input copied in by fill_deferred_preload()
   size_t deferred_bytes_ = 0;
+  bool deferred_rooted_ = false;
   int half_ = 0;
 };
 

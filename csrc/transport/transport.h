@@ -3,6 +3,7 @@
 // NCCL one slots in beside it without touching the algorithms.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
@@ -99,10 +100,19 @@ class Transport {
   virtual size_t preload_capacity() const { return 0; }
   virtual void preload(const void* /*input*/, size_t /*bytes*/, bool /*rooted*/) {}
   virtual const char* preloaded(int /*rank*/) { return nullptr; }
-  // A rooted input's bytes [at, at + bytes) into `out`: the root may still be copying it in,
-  // so readers go through here rather than preloaded().
-  virtual void read_preloaded(int rank, size_t at, void* out, size_t bytes) {
-    copy_bytes(out, preloaded(rank) + at, bytes);
+  // A rank may still be copying its input in, kPreloadPieceBytes at a time, after the control
+  // step: readers wait for the pieces they read (await_preloaded: until `rank`'s first `bytes`
+  // are there) or read through read_preloaded (bytes [at, at + bytes) into `out`).
+  static constexpr size_t kPreloadPieceBytes = 8 << 10;
+  virtual void await_preloaded(int /*rank*/, size_t /*bytes*/) {}
+  void read_preloaded(int rank, size_t at, void* out, size_t bytes) {
+    char* to = static_cast<char*>(out);
+    for (size_t from = at, end = at + bytes; from < end;) {
+      const size_t upto = std::min(end, (from / kPreloadPieceBytes + 1) * kPreloadPieceBytes);
+      await_preloaded(rank, upto);
+      copy_bytes(to + (from - at), preloaded(rank) + from, upto - from);
+      from = upto;
+    }
   }
 
   // Control plane, used by the controller once per cycle.
