@@ -312,6 +312,11 @@ def test_failure_parser_reads_open_mpi_4_and_5_reports():
     assert (parse_failure(closed).rank, parse_failure(closed).host) == (3, "h2")
     assert "rank 3 on host h2 ended the job: its MPI lost the connection to a peer" in parse_failure(closed).summary()
     assert parse_failure(closed.split("\n", 1)[1]) is None  # an abort alone is not a lost peer
+    # The survivor's abort may close its own connections first: its peers then report it gone.
+    cascade = closed.replace("prterun has exited", peer.replace("h3", "h2") + "prterun has exited")
+    assert (parse_failure(cascade).rank, parse_failure(cascade).host) == (3, "h2")
+    assert parse_failure(cascade).aborted_on_lost_peer
+    assert parse_failure(closed.split("prterun")[0] + peer).host == "h3"  # no abort report: the peer
 
 
 @pytest.mark.timeout(30)

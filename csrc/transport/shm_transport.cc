@@ -805,8 +805,16 @@ void ShmTransport::await_preloaded(int rank, size_t bytes) {
     return word >> 32 == (preloads_ & 0xffffffffu) && (word & 0xffffffffu) >= bytes;
   };
   if (there()) return;
-  // The rank is copying (it arrived at the step): a dead one is noticed between spins.
-  while (!spin_for(there, spin_, spin_yields_)) fail_if_dead(rank);
+  // The rank is copying (it arrived at the step) and is done within microseconds; one that died
+  // or stopped (SIGSTOP, a debugger) is noticed between spins, as a step's wait notices it.
+  if (spin_for(there, spin_, spin_yields_)) return;
+  WaitDeadline deadline("a peer's input in shared memory");
+  while (!there()) {
+    fail_if_dead(rank);
+    keep_mpi_moving();
+    deadline.poll(std::chrono::steady_clock::now());
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 void ShmTransport::allreduce_bitand(std::vector<uint64_t>& words) {

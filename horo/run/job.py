@@ -79,6 +79,7 @@ class FailureParser:
         self._pending_rank = None
         self._peer_disconnected = False
         self._socket_closed = False
+        self._held = None  # a disconnected peer reported after "Socket closed" (see feed_line)
         self._recent = collections.deque(maxlen=_SIGNAL_WINDOW)
         self._partial = b""
 
@@ -92,6 +93,8 @@ class FailureParser:
         if self._partial:
             self.feed_line(self._partial.decode("utf-8", "replace"))
             self._partial = b""
+        if self.failure is None:
+            self.failure = self._held
 
     def feed_line(self, line):
         if self.failure is not None:
@@ -118,7 +121,16 @@ class FailureParser:
             return
         m = _PEER_HOST.search(line)
         if m and self._peer_disconnected:
-            self.failure = RankFailure(None, host=m.group(1), lost_peer=True)
+            lost = RankFailure(None, host=m.group(1), lost_peer=True)
+            # After a survivor's "Socket closed" abort, a peer that disconnected may be that survivor
+            # (its abort closed the connection): the launcher's report of the abort names it, so that
+            # report comes first if it follows (seen in CI: rank 5 on h3 killed, rank 0 on h1 aborted,
+            # and rank 4 on h3 then reported its peer on h1 gone).
+            if self._socket_closed:
+                self._held = self._held or lost
+                self._peer_disconnected = False
+                return
+            self.failure = lost
             return
         m = _PROCESS_NAME.search(line)
         if m:
@@ -134,6 +146,7 @@ def parse_failure(text):
     parser = FailureParser()
     for line in text.splitlines():
         parser.feed_line(line)
+    parser.close()
     return parser.failure
 
 
