@@ -43,7 +43,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 // Bytes of this rank's input that `q`'s collective reads from its peers'
 // preloaded inputs, or -1 where it cannot run from them (it runs as negotiated).
 // Reductions there go in rank order, as the transport's one-step allreduce does.
-int64_t preload_bytes(const Request& q, int set_rank, int set_size, int root_set_rank, const Tunables& t) {
+// `pairs_in_pieces`: a set of 2 ranks whose transport preloads in pieces (Transport::preloads_in_pieces).
+int64_t preload_bytes(const Request& q, int set_rank, int root_set_rank, bool pairs_in_pieces, const Tunables& t) {
   if (q.memory != Memory::kHost) return -1;
   const int64_t bytes = q.num_elements() * static_cast<int64_t>(dtype_size(q.dtype));
   const bool reduces_as_is = q.prescale == 1.0 && q.op != ReduceOp::kAdasum;
@@ -58,10 +59,8 @@ int64_t preload_bytes(const Request& q, int set_rank, int set_size, int root_set
     // until the root could reduce each piece of its peer's input as it came in (transport.h), where
     // ranks have cores of their own: np=2, 32 / 64 KiB in 0.64 / 0.82 of the time. Not measured
     // with more ranks, where the root alone reads every peer's input.
-    case CollectiveType::kReduce: {
-      const bool in_pieces = set_size == 2 && !t.spin_yields;
-      return reduces_as_is && bytes <= (in_pieces ? t.shm_preload_bytes : t.shm_small_bytes) ? bytes : -1;
-    }
+    case CollectiveType::kReduce:
+      return reduces_as_is && bytes <= (pairs_in_pieces ? t.shm_preload_bytes : t.shm_small_bytes) ? bytes : -1;
     // Larger exchanges write straight into their peers' outputs (transport/shm_heap.h): preloaded,
     // each rank copies everything twice (np=2 allgather, 32 KiB per rank: 10.7 against 9.1 us).
     case CollectiveType::kAllgather: return t.allgather_algo != "ring" && bytes <= t.shm_small_bytes ? bytes : -1;
@@ -248,7 +247,8 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
   if (first && !joined_) {
     // Callers name roots by global rank.
     const auto root = std::find(members_.begin(), members_.end(), first->request.root);
-    bytes = preload_bytes(first->request, transport_.rank(), transport_.size(), static_cast<int>(root - members_.begin()),
+    const bool pairs_in_pieces = transport_.size() == 2 && transport_.preloads_in_pieces();
+    bytes = preload_bytes(first->request, transport_.rank(), static_cast<int>(root - members_.begin()), pairs_in_pieces,
                           tunables_);
     if (bytes >= 0 && static_cast<size_t>(bytes) <= transport_.preload_capacity()) input = input_of(first->request);
   }

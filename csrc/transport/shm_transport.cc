@@ -767,8 +767,7 @@ void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
   ++preloads_;
   char* area = segment_.preload_area(rank_, preloads_ & 1);
   bytes = std::min(bytes, preload_capacity());
-  // Where ranks outnumber cores, readers waiting on pieces would take the core this rank copies on.
-  if (bytes > kPreloadPieceBytes && !spin_yields_) {
+  if (bytes > kPreloadPieceBytes && preloads_in_pieces()) {
     deferred_input_ = static_cast<const char*>(input);
     deferred_bytes_ = bytes;
     deferred_rooted_ = rooted;

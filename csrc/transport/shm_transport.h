@@ -71,6 +71,8 @@ class ShmTransport : public Transport {
   void preload(const void* input, size_t bytes, bool rooted) override;
   // Cycles alternate between a rank's two areas, as rounds do between halves.
   const char* preloaded(int rank) override { return segment_.preload_area(rank, preloads_ & 1); }
+  // Where ranks outnumber cores, readers waiting on pieces would take the core the writer copies on.
+  bool preloads_in_pieces() const override { return !spin_yields_; }
   void await_preloaded(int rank, size_t bytes) override;
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;

@@ -104,6 +104,7 @@ class Transport {
   // step: readers wait for the pieces they read (await_preloaded: until `rank`'s first `bytes`
   // are there) or read through read_preloaded (bytes [at, at + bytes) into `out`).
   static constexpr size_t kPreloadPieceBytes = 8 << 10;
+  virtual bool preloads_in_pieces() const { return false; }
   virtual void await_preloaded(int /*rank*/, size_t /*bytes*/) {}
   void read_preloaded(int rank, size_t at, void* out, size_t bytes) {
     char* to = static_cast<char*>(out);
