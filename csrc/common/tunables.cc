@@ -38,7 +38,8 @@ const std::vector<TunableSpec>& tunable_specs() {
       {"HORO_SHM_PRELOAD_BYTES", "", "65536",
        "a cached shared-memory broadcast, scatter or reducescatter whose input is at most this size "
        "(allreduce, allgather and alltoall: HORO_SHM_SMALL_BYTES; reduce too, but between 2 ranks with cores of their own) "
-       "travels with the cycle's control step: one rendezvous instead of two; 0: never"},
+       "travels with the cycle's control step: one rendezvous instead of two (a broadcast or scatter the "
+       "root's buffer moves into the receivers' directly from, HORO_SHM_SINGLE_COPY_BYTES, does not); 0: never"},
       {"HORO_SPIN_MICROSECONDS", "", "auto",
        "how long a wait for another rank or thread spins (a pause, and yielding the core where ranks outnumber cores) "
        "before it sleeps; "
@@ -55,9 +56,9 @@ const std::vector<TunableSpec>& tunable_specs() {
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
        "at most 4 ranks, and the root writes the last 1/size of each receiver's buffer itself; a gather or "
        "scatter into outputs in the heaps likewise: the idle side reads 1 - 1/size or 1/size of the rows while "
-       "the others write the rest into them); 0: never; auto: broadcast from 65536 while a host runs no more ranks "
+       "the others write the rest into them); 0: never; auto: broadcast from 16384 while a host runs no more ranks "
        "than cores (else 16777216), gather and scatter into the heaps from 524288 (else 1048576), other gathers "
-       "and scatters from 16777216"},
+       "and scatters from 16777216 (a scatter into the heaps from 65536 writes straight into them all the same)"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",
        "the same for shared-memory allgather and alltoall, where every rank receives, by the bytes read "
        "from one peer (allgather: the largest contribution; alltoall: per pair of ranks); auto: 1048576 "

@@ -243,6 +243,7 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
   }
   int64_t bytes = -1;
   const void* input = nullptr;
+  bool rooted = false;
   // A joined rank stands in with identity values, which it holds nowhere to send.
   if (first && !joined_) {
     // Callers name roots by global rank.
@@ -250,13 +251,18 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
     const bool pairs_in_pieces = transport_.size() == 2 && transport_.preloads_in_pieces();
     bytes = preload_bytes(first->request, transport_.rank(), static_cast<int>(root - members_.begin()), pairs_in_pieces,
                           tunables_);
-    if (bytes >= 0 && static_cast<size_t>(bytes) <= transport_.preload_capacity()) input = input_of(first->request);
+    const CollectiveType type = first->request.type;
+    rooted = type == CollectiveType::kBroadcast || type == CollectiveType::kScatter;
+    // The root alone decides (the others preload nothing): its "no" is everyone's in the control step's AND.
+    const bool direct = rooted && bytes > 0 && transport_.moves_rooted_directly(type, static_cast<size_t>(bytes));
+    if (bytes >= 0 && static_cast<size_t>(bytes) <= transport_.preload_capacity() && !direct) {
+      input = input_of(first->request);
+    }
   }
   if (!input) {
     transport_.preload(nullptr, 0, false);  // the cycle counts all the same
     return -1;
   }
-  const bool rooted = first->request.type == CollectiveType::kBroadcast || first->request.type == CollectiveType::kScatter;
   transport_.preload(input, static_cast<size_t>(bytes), rooted);
   return first->cache_bit;
 }

@@ -217,6 +217,20 @@ std::pair<size_t, size_t> ShmTransport::slice_of(int r, size_t count, size_t esi
   return {lo, std::min(count, lo + slice)};
 }
 
+bool ShmTransport::moves_rooted_directly(CollectiveType type, size_t bytes) const {
+  // A preload in pieces went in the root's copy and out the receivers': from here one copy won,
+  // np=2, roots' inputs written afresh before barrier-aligned calls (median of 400, us, preloaded /
+  // direct): broadcast 24 / 32 / 64 KiB 4.8 / 5.8 / 9.2 against 4.2 / 4.4 / 6.0 (16 KiB 3.9 / 3.8),
+  // scatter 64 KiB 7.3 against 3.9; horo-bench (inputs unchanged), four alternating jobs each,
+  // time direct / preloaded: broadcast 32 / 64 KiB 0.88 / 0.75, scatter 64 KiB 0.88.
+  if (type == CollectiveType::kBroadcast) {
+    return reads_directly(broadcast_single_copy_bytes_, bytes) && size_ <= kMostRanksReadingOneRoot;
+  }
+  return type == CollectiveType::kScatter && (pushes_rooted(bytes) || reads_directly(single_copy_bytes_, bytes));
+}
+
+bool ShmTransport::pushes_rooted(size_t total) const { return heap_.enabled() && total >= kPushRootedFrom; }
+
 bool ShmTransport::shares_rooted_move(size_t total) const {
   return reads_directly(rooted_share_bytes_, total) && size_ <= kMostRanksReadingOneRoot;
 }
@@ -578,7 +592,7 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   // rooted_share_bytes_, the root, idle otherwise, reads the first 1/size of every sender's rows
   // meanwhile (as a scatter's root writes the last 1/size of every receiver's).
   const bool share = shares_rooted_move(total);
-  if (heap_.enabled() && total >= kPushRootedFrom &&
+  if (pushes_rooted(total) &&
       outputs_in_heaps(out, rank_ == root ? total : 0, nullptr, share ? my : nullptr)) {
     const auto root_part = [this, share](size_t rows) { return share ? round_down(rows / size_, kLine) : 0; };
     for (int p = 0; p < size_ && rank_ == root; ++p) {
@@ -627,7 +641,7 @@ void ShmTransport::scatterv(const void* input, const std::vector<size_t>& byte_c
   // otherwise, read most of their rows from the root's input meanwhile, and the root writes only
   // the last 1/size of each (as a broadcast shares the work).
   const bool share = shares_rooted_move(total);
-  if (heap_.enabled() && total >= kPushRootedFrom &&
+  if (pushes_rooted(total) &&
       outputs_in_heaps(my, rank_ == root ? 0 : byte_counts[rank_], nullptr, share ? in : nullptr)) {
     const auto root_part = [this, share](size_t rows) { return share ? round_down(rows / size_, kLine) : rows; };
     if (rank_ != root) read_from(root, mail(root)[1] + offset[rank_], my, byte_counts[rank_] - root_part(byte_counts[rank_]));
@@ -733,7 +747,7 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
 
 void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   char* p = static_cast<char*>(buf);
-  if (reads_directly(broadcast_single_copy_bytes_, bytes) && size_ <= kMostRanksReadingOneRoot) {
+  if (moves_rooted_directly(CollectiveType::kBroadcast, bytes)) {
     // Each reader copies most of the root's buffer straight into its own; the root, idle
     // otherwise, writes the last 1/size of every reader's (process_vm_writev), which balances
     // their work. In alternating jobs, time with the root's share / without: np=2 0.73-0.81
@@ -749,7 +763,7 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   }
   // The root copies pieces in while every reader copies the previous one out: faster than
   // reading the root's buffer directly below 16 MiB where ranks outnumber cores, and where more
-  // than 4 read it (bindings.cc, HORO_SHM_SINGLE_COPY_BYTES=auto; elsewhere from 64 KiB).
+  // than 4 read it (bindings.cc, HORO_SHM_SINGLE_COPY_BYTES=auto; elsewhere from 16 KiB).
   const size_t per_round = move_piece(bytes);
   const size_t rounds = ceil_div(bytes, per_round);
   for (size_t k = 0; k < rounds; ++k) {

@@ -73,6 +73,7 @@ class ShmTransport : public Transport {
   const char* preloaded(int rank) override { return segment_.preload_area(rank, preloads_ & 1); }
   // Where ranks outnumber cores, readers waiting on pieces would take the core the writer copies on.
   bool preloads_in_pieces() const override { return !spin_yields_; }
+  bool moves_rooted_directly(CollectiveType type, size_t bytes) const override;
   void await_preloaded(int rank, size_t bytes) override;
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
@@ -155,6 +156,9 @@ class ShmTransport : public Transport {
   std::pair<size_t, size_t> slice_of(int r, size_t count, size_t esize) const;
   // Ranks this rank's reduced slice goes to: every peer, or a reduce's root.
   int push_targets(int root) const { return root == kEveryRank ? size_ - 1 : 1; }
+  // Whether a gather or scatter of `total` bytes writes straight into the root's (receivers') outputs
+  // where they lie in the heaps.
+  bool pushes_rooted(size_t total) const;
   // Whether a gather or scatter of `total` bytes into the heaps has the idle side read a share.
   bool shares_rooted_move(size_t total) const;
   // Bytes per round of a move (broadcast, allgather, gather, scatter) whose largest part is `largest`.

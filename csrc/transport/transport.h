@@ -105,6 +105,9 @@ class Transport {
   // are there) or read through read_preloaded (bytes [at, at + bytes) into `out`).
   static constexpr size_t kPreloadPieceBytes = 8 << 10;
   virtual bool preloads_in_pieces() const { return false; }
+  // Whether it moves a broadcast's or scatter's `bytes` from the root's buffer straight into the
+  // receivers' (read or written directly), which beats preloading them: those are not preloaded.
+  virtual bool moves_rooted_directly(CollectiveType /*type*/, size_t /*bytes*/) const { return false; }
   virtual void await_preloaded(int /*rank*/, size_t /*bytes*/) {}
   void read_preloaded(int rank, size_t at, void* out, size_t bytes) {
     char* to = static_cast<char*>(out);

@@ -316,6 +316,11 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
         shutil.rmtree(folder)
         if os.environ.get("HORO_SHM_PRELOAD_BYTES") == "0":
             assert not PRELOADED & seen, "HORO_SHM_PRELOAD_BYTES=0, yet inputs rode the control step"
+        elif os.environ.get("HORO_SHM_SINGLE_COPY_BYTES") == "1":
+            # A root's input then moves straight into its receivers' (ShmTransport::moves_rooted_directly)
+            # instead: only the empty broadcast rides the step.
+            assert "SHM_PRELOADED_SCATTERV" not in seen, "a scatter rode the control step, not read directly"
+            assert PRELOADED - {"SHM_PRELOADED_SCATTERV"} <= seen, f"never ran from preloaded inputs: {sorted(PRELOADED - seen)}"
         else:
             assert PRELOADED <= seen, f"never ran from preloaded inputs: {sorted(PRELOADED - seen)}"
 
