@@ -70,7 +70,11 @@ class Controller {
   // Hands the transport the input of this rank's first cached tensor ready to run,
   // where its collective can run from there; returns its bit (-1: none). Only where
   // the transport carries data (preload_capacity() > 0); every cycle, to count it.
-  int preload_first_ready(FunctionRef<const void*(const Request&)> input_of);
+  // Or, for an exchange too large for that, has it lay out the tensor's output where its peers
+  // can write into it and say where (Transport::preload_output): then `located`. The control step
+  // ANDs the two kinds apart (a rank's input may fit where its peers' do not).
+  int preload_first_ready(FunctionRef<const void*(const Request&)> input_of, bool* located);
+  bool preload_output(const Request& q, const Response& agreed);
   std::vector<Response> coordinate(const std::vector<std::string>& gathered);
   // Files rank r's request under its name, or behind the entry there when r
   // is already in it (the ranks' n-th submissions of a name meet each other).
@@ -91,6 +95,7 @@ class Controller {
   ElementPool<Response> response_pool_;
   // run_cycle()'s cache bits and which pending requests ran, kept for their capacity.
   std::vector<uint64_t> words_;
+  std::vector<size_t> recv_at_;  // preload_output()'s, kept from cycle to cycle
   std::vector<bool> ran_;
   std::map<std::string, TableEntry> table_;
   std::vector<std::string> table_order_;  // names in arrival order, for response order

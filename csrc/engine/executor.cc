@@ -210,17 +210,20 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   layout_.assign(block);
   // One tensor gathers straight into its output; several go through the fusion buffer.
   const bool fused = entries.size() > 1;
+  // A preloaded tensor is alone: its output went with the control step, or every rank's input did.
+  std::shared_ptr<char> located = group.front().preloaded ? transport_.take_preloaded_output() : nullptr;
+  const bool preloaded_inputs = group.front().preloaded && !located;
   for (size_t k = 0; k < entries.size(); ++k) {
     auto out = std::make_shared<AllocatedOutput>();
     out->shape = entries[k].request.shape;
     out->shape[0] = 0;
     for (int r = 0; r < n; ++r) out->shape[0] += group[k].per_rank[r];
     const size_t bytes = elements(out->shape) * esize;
-    // Only where the peers write into it: a preloaded one is computed by this rank alone.
-    out->bytes.resize(bytes, fused || group.front().preloaded ? nullptr : shared_output_(bytes));
+    // Only where the peers write into it: one computed from preloaded inputs is this rank's alone.
+    out->bytes.resize(bytes, located ? std::move(located) : fused || preloaded_inputs ? nullptr : shared_output_(bytes));
     entries[k].allocated = std::move(out);
   }
-  if (group.front().preloaded) {  // one tensor: every rank's rows from its input
+  if (preloaded_inputs) {  // one tensor: every rank's rows from its input
     const int64_t t = timeline_.activity_start();
     char* out = entries.front().allocated->bytes.data();
     for (int r = 0; r < n; ++r) {
@@ -255,7 +258,10 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     bytes.resize(n);
     for (int r = 0; r < n; ++r) bytes[r] = layout.count[r] * esize;
     transport_.native_allgatherv(mine, buf, bytes);
-    timeline_.activity(two_level ? "HIERARCHICAL_ALLGATHERV" : native("MPI_ALLGATHERV", "SHM_ALLGATHERV"), t);
+    timeline_.activity(two_level ? "HIERARCHICAL_ALLGATHERV"
+                                 : group.front().preloaded ? "SHM_PRELOCATED_ALLGATHERV"
+                                                           : native("MPI_ALLGATHERV", "SHM_ALLGATHERV"),
+                       t);
   }
   if (!fused) return;
   t = timeline_.activity_start();
@@ -325,16 +331,20 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
   out->shape[0] = 0;
   out->received_splits.resize(n);
   for (int r = 0; r < n; ++r) {
-    const int64_t rows_in = agreed.per_rank[r * n + me];
+    const size_t rows_in = rows_received(agreed.per_rank, /*alltoall=*/true, n, me, r);
     send_bytes[r] = static_cast<size_t>(e.request.splits[r]) * row_bytes;
-    recv_bytes[r] = static_cast<size_t>(rows_in) * row_bytes;
-    out->received_splits[r] = rows_in;
-    out->shape[0] += rows_in;
+    recv_bytes[r] = rows_in * row_bytes;
+    out->received_splits[r] = static_cast<int64_t>(rows_in);
+    out->shape[0] += static_cast<int64_t>(rows_in);
   }
   const size_t bytes = static_cast<size_t>(out->shape[0]) * row_bytes;
-  out->bytes.resize(bytes, agreed.preloaded ? nullptr : shared_output_(bytes));
+  // Its output went with the control step (the transport then knows where every rank's lies),
+  // or every rank's input did, and this rank computes its own output.
+  std::shared_ptr<char> located = agreed.preloaded ? transport_.take_preloaded_output() : nullptr;
+  const bool preloaded_inputs = agreed.preloaded && !located;
+  out->bytes.resize(bytes, located ? std::move(located) : preloaded_inputs ? nullptr : shared_output_(bytes));
   const int64_t t = timeline_.activity_start();
-  if (agreed.preloaded) {  // rank r's rows for this rank, from r's input
+  if (preloaded_inputs) {  // rank r's rows for this rank, from r's input
     size_t at = 0;
     for (int r = 0; r < n; ++r) {
       size_t from = 0;
@@ -345,7 +355,7 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     timeline_.activity("SHM_PRELOADED_ALLTOALLV", t);
   } else {
     transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
-    timeline_.activity(native("MPI_ALLTOALLV", "SHM_ALLTOALLV"), t);
+    timeline_.activity(agreed.preloaded ? "SHM_PRELOCATED_ALLTOALLV" : native("MPI_ALLTOALLV", "SHM_ALLTOALLV"), t);
   }
   e.allocated = std::move(out);
 }

@@ -29,6 +29,12 @@ inline size_t rows_before_rank(size_t rows, int n, int r) {
   return static_cast<size_t>(r) * (rows / n) + std::min(static_cast<size_t>(r), rows % n);
 }
 
+// Rows rank `me` of n receives from rank r in an exchange, by its agreed `per_rank` rows (an
+// allgather's: each rank's; an alltoall's: n x n, from r to j at r * n + j).
+inline size_t rows_received(const std::vector<int64_t>& per_rank, bool alltoall, int n, int me, int r) {
+  return static_cast<size_t>(alltoall ? per_rank[static_cast<size_t>(r) * n + me] : per_rank[r]);
+}
+
 // rows_of_rank() of every rank.
 inline std::vector<size_t> split_rows(size_t rows, int n) {
   std::vector<size_t> out(n);

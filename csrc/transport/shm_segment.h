@@ -30,6 +30,8 @@ struct alignas(64) ShmRankState {
   // How much of each preload area holds this cycle's input: (cycle << 32) | bytes. A root's
   // input is copied in after its arrival at the control step, piece by piece (ShmTransport).
   std::atomic<uint64_t> preloaded[2] = {0, 0};
+  // Where an exchange's output lies in the rank's heap, sent with the control step (preload_output).
+  std::atomic<uint64_t> output_at[2] = {0, 0};
 };
 
 // Small fixed-size values a round carries beside its data (lengths, counts).

@@ -548,7 +548,7 @@ void ShmTransport::native_allgatherv(const void* mine, void* output, const std::
   char* out = static_cast<char*>(output);
   const char* my = static_cast<const char*>(mine);
   if (my != out + offset[rank_] && byte_counts[rank_]) copy_own(out + offset[rank_], my, byte_counts[rank_]);
-  if (heap_.enabled() && outputs_in_heaps(out, offset.back() + byte_counts.back())) {
+  if (heap_.enabled() && (output_preloaded(out) || outputs_in_heaps(out, offset.back() + byte_counts.back()))) {
     for (int i = 1; i < size_ && byte_counts[rank_]; ++i) {  // starting at the next rank: writers spread over the owners
       const int p = (rank_ + i) % size_;
       push_to_output(outputs_[p] + offset[rank_], my, byte_counts[rank_], (size_ - 1) * byte_counts[rank_]);
@@ -682,11 +682,12 @@ void ShmTransport::alltoallv(const void* input, const std::vector<size_t>& send_
   const char* in = static_cast<const char*>(input);
   char* out = static_cast<char*>(output);
   if (send_bytes[rank_]) copy_own(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
-  if (heap_.enabled() && outputs_in_heaps(out, recv_at.back() + recv_bytes.back(), &recv_at)) {
+  const bool located = output_preloaded(out);  // where p keeps what rank_ sends: in preloaded(p), else in slot(p)
+  if (heap_.enabled() && (located || outputs_in_heaps(out, recv_at.back() + recv_bytes.back(), &recv_at))) {
     const size_t pushes = send_at.back() + send_bytes.back() - send_bytes[rank_];
     for (int i = 1; i < size_; ++i) {
       const int p = (rank_ + i) % size_;
-      const size_t at = reinterpret_cast<const size_t*>(slot(p))[rank_];  // where p keeps what rank_ sends
+      const size_t at = reinterpret_cast<const size_t*>(located ? preloaded(p) : slot(p))[rank_];
       if (send_bytes[p]) push_to_output(outputs_[p] + at, in + send_at[p], send_bytes[p], pushes);
     }
     return pushed();
@@ -779,6 +780,8 @@ void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
   // Area (cycle % 2) is free: peers read it last two cycles ago, before they joined the
   // control step of the cycle in between, which this rank has passed.
   ++preloads_;
+  output_offered_ = false;
+  preloaded_output_ = nullptr;
   char* area = segment_.preload_area(rank_, preloads_ & 1);
   bytes = std::min(bytes, preload_capacity());
   if (bytes > kPreloadPieceBytes && preloads_in_pieces()) {
@@ -795,6 +798,36 @@ void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
     copy_bytes(area, input, bytes);
   }
   segment_.state(rank_).preloaded[preloads_ & 1].store(preloads_ << 32 | bytes, std::memory_order_release);
+}
+
+bool ShmTransport::preload_output(size_t bytes, const std::vector<size_t>& recv_at) {
+  // The recv_at offsets take the place of an input in this cycle's area.
+  if (!heap_.enabled() || bytes == 0 || recv_at.size() * sizeof(size_t) > preload_capacity()) return false;
+  if (!reserved_output_ || reserved_bytes_ != bytes) {  // an unused one from an earlier cycle is kept
+    reserved_output_ = heap_.allocator()(bytes);
+    reserved_bytes_ = bytes;
+    if (!reserved_output_) return false;  // the heap is full
+  }
+  std::memcpy(segment_.preload_area(rank_, preloads_ & 1), recv_at.data(), recv_at.size() * sizeof(size_t));
+  segment_.state(rank_).output_at[preloads_ & 1].store(heap_.locate(reserved_output_.get(), bytes),
+                                                       std::memory_order_relaxed);  // arrive() publishes it
+  output_offered_ = true;
+  return true;
+}
+
+std::shared_ptr<char> ShmTransport::take_preloaded_output() {
+  if (!output_offered_) return nullptr;
+  output_offered_ = false;
+  preloaded_output_ = reserved_output_.get();
+  reserved_bytes_ = 0;
+  return std::move(reserved_output_);
+}
+
+bool ShmTransport::output_preloaded(const void* output) {
+  // Taken only where the control step showed every rank had located one for this collective.
+  if (!preloaded_output_ || output != preloaded_output_) return false;
+  for (int p = 0; p < size_; ++p) outputs_[p] = heap_.of(p) + segment_.state(p).output_at[preloads_ & 1].load(std::memory_order_relaxed);
+  return true;
 }
 
 void ShmTransport::fill_deferred_preload() {

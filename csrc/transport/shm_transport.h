@@ -71,6 +71,8 @@ class ShmTransport : public Transport {
   void preload(const void* input, size_t bytes, bool rooted) override;
   // Cycles alternate between a rank's two areas, as rounds do between halves.
   const char* preloaded(int rank) override { return segment_.preload_area(rank, preloads_ & 1); }
+  bool preload_output(size_t bytes, const std::vector<size_t>& recv_at) override;
+  std::shared_ptr<char> take_preloaded_output() override;
   // Where ranks outnumber cores, readers waiting on pieces would take the core the writer copies on.
   bool preloads_in_pieces() const override { return !spin_yields_; }
   bool moves_rooted_directly(CollectiveType type, size_t bytes) const override;
@@ -180,6 +182,9 @@ class ShmTransport : public Transport {
                         const void* input = nullptr);
   // The same, from the mailboxes of a step just taken (mail word 0: ShmHeap::locate()).
   bool outputs_located();
+  // Whether `output` is the one this cycle's control step located (preload_output) on every rank:
+  // outputs_[r] is then rank r's, and where it keeps this rank's rows is preloaded(r)'s recv_at.
+  bool output_preloaded(const void* output);
   // The step after the pushes: every output is whole. A rank that receives nothing (a
   // gather's sender) need not `wait` for it: step_without_waiting().
   void pushed(bool wait = true) {
@@ -226,6 +231,11 @@ class ShmTransport : public Transport {
   const char* deferred_input_ = nullptr;  // preload(): an input copied in by fill_deferred_preload()
   size_t deferred_bytes_ = 0;
   bool deferred_rooted_ = false;
+  // preload_output(): memory laid out for this cycle's exchange, kept for the next where unused.
+  std::shared_ptr<char> reserved_output_;
+  size_t reserved_bytes_ = 0;
+  bool output_offered_ = false;  // this cycle's control step says where reserved_output_ is
+  const char* preloaded_output_ = nullptr;  // taken this cycle (take_preloaded_output)
   int half_ = 0;
 };
 

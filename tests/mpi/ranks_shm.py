@@ -325,6 +325,49 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
             assert PRELOADED <= seen, f"never ran from preloaded inputs: {sorted(PRELOADED - seen)}"
 
 
+def test_cached_exchanges_too_large_to_preload_locate_their_outputs_in_the_control_step(hvd):
+    """A cached allgather or alltoall above HORO_SHM_SMALL_BYTES sends where its output lies with
+    the control step, and each rank writes its rows straight into its peers' outputs. Fresh data
+    every call, outputs kept alive across calls (each call gets memory of its own), ragged rows,
+    and sizes where one rank's input could ride the control step while its peers' could not (the
+    two kinds must never be joined: those run as usual)."""
+    if WORLD == 1:
+        pytest.skip("one rank: nothing to exchange")
+    import json
+    import shutil
+    import tempfile
+
+    folder = MPI.COMM_WORLD.bcast(tempfile.mkdtemp() if RANK == 0 else None)
+    hvd.start_timeline(f"{folder}/timeline.json")
+    kept = []
+    for step in range(5):
+        for name, rows in (("big", [6000 + 7 * r for r in range(WORLD)]),  # 72 KiB and up per rank
+                           ("mixed", [300 if r == 0 else 6000 for r in range(WORLD)])):  # rank 0: 3.6 KiB
+            inputs = [np.arange(rows[r] * 3, dtype=np.float32).reshape(rows[r], 3) + 1e5 * r + step for r in range(WORLD)]
+            got = hvd.allgather(inputs[RANK], name=f"loc.ag.{name}")
+            assert np.array_equal(got, np.concatenate(inputs)), f"allgather {name} step {step}"
+            kept.append((got, got.copy()))
+            splits = [[rows[s] // WORLD + (d < rows[s] % WORLD) for d in range(WORLD)] for s in range(WORLD)]
+            got, received = hvd.alltoall(inputs[RANK], splits=np.array(splits[RANK]), name=f"loc.a2a.{name}")
+            pieces = [inputs[s][sum(splits[s][:RANK]) : sum(splits[s][: RANK + 1])] for s in range(WORLD)]
+            assert list(received) == [splits[s][RANK] for s in range(WORLD)], f"alltoall splits {name} step {step}"
+            assert np.array_equal(got, np.concatenate(pieces)), f"alltoall {name} step {step}"
+            kept.append((got, got.copy()))
+    for i, (held, value) in enumerate(kept):  # no later call wrote into an output still held
+        assert np.array_equal(held, value), f"output {i} changed after its call returned"
+    hvd.stop_timeline()
+    MPI.COMM_WORLD.Barrier()
+    if RANK == 0:
+        seen = {e.get("name") for e in json.loads(open(f"{folder}/timeline.json").read())}
+        shutil.rmtree(folder)
+        located = {"SHM_PRELOCATED_ALLGATHERV", "SHM_PRELOCATED_ALLTOALLV"}
+        defaults = not any(k in os.environ for k in ("HORO_SHM_HEAP_BYTES", "HORO_SHM_PRELOAD_BYTES"))
+        if defaults:  # heaps that hold every output, and a control step that carries data
+            assert located <= seen, f"never located in the control step: {sorted(located - seen)}"
+        elif os.environ.get("HORO_SHM_HEAP_BYTES") == "0" or os.environ.get("HORO_SHM_PRELOAD_BYTES") == "0":
+            assert not located & seen, "outputs located in the control step without heaps or preloads"
+
+
 def test_settings_that_differ_between_ranks_follow_rank_0():
     """Selected alone by test_shm.py (it starts horo itself): every rank's environment asks for
     other shared-memory sizes. The segment's layout and the protocol (one-step allreduce, direct
