@@ -56,7 +56,7 @@ const std::vector<TunableSpec>& tunable_specs() {
        "senders' buffers (process_vm_readv) where the kernel allows it (broadcast: only where a host runs "
        "at most 4 ranks, and the root writes the last 1/size of each receiver's buffer itself; a gather or "
        "scatter into outputs in the heaps likewise: the idle side reads 1 - 1/size or 1/size of the rows while "
-       "the others write the rest into them); 0: never; auto: broadcast from 16384 while a host runs no more ranks "
+       "the others write the rest into them); 0: never; auto: broadcast from 16384 on a host of 2 ranks, else 65536 while it runs no more ranks "
        "than cores (else 16777216), gather and scatter into the heaps from 524288 (else 1048576), other gathers "
        "and scatters from 16777216 (a scatter into the heaps from 65536 writes straight into them all the same)"},
       {"HORO_SHM_EXCHANGE_SINGLE_COPY_BYTES", "", "auto",

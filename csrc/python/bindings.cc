@@ -97,9 +97,10 @@ void init(int64_t fortran_comm) {
     tunables.shm_exchange_single_copy_bytes = oversubscribed ? 4194304 : 1048576;
   }
   if (tunables.shm_single_copy_bytes < 0) {  // auto
-    // Broadcast: read directly from 16 KiB, since the root writes the last 1/size of each
-    // reader's buffer itself (ShmTransport::broadcast); a cached broadcast below it rides its
-    // control step instead (ShmTransport::moves_rooted_directly has the 16-64 KiB measurements).
+    // Broadcast: read directly from 16 KiB between 2 ranks (from 64 KiB with 3 or 4: unmeasured
+    // below), since the root writes the last 1/size of each reader's buffer itself
+    // (ShmTransport::broadcast); a cached broadcast below it rides its control step instead
+    // (ShmTransport::moves_rooted_directly has the np=2 16-64 KiB measurements).
     // Before that, from 64 KiB: np=2, roots' inputs written afresh before
     // each call, barrier-aligned calls taking turns with MPI's, MPI time / horo time in three
     // pairs of alternating jobs, from 64 KiB / from 512 KiB: 80 KiB 1.10-1.34 / 0.92-1.04, 96 KiB
@@ -107,7 +108,7 @@ void init(int64_t fortran_comm) {
     // four jobs each: 0.61-0.62 of the time at 128-256 KiB). Before the root's share, reading
     // directly lost below 512 KiB (256 KiB 0.78-1.10 of the time). np=4 on 2 cores: 1 MiB 1.22,
     // 2-8 MiB 0.90-0.93. Scatter at np=2: 1.06-1.14 from 1 MiB; gather unmeasured: both stay at 16 MiB.
-    tunables.shm_broadcast_single_copy_bytes = oversubscribed ? 16777216 : 16384;
+    tunables.shm_broadcast_single_copy_bytes = oversubscribed ? 16777216 : g_info.local_size == 2 ? 16384 : 65536;
     tunables.shm_single_copy_bytes = 16777216;
     // A gather or scatter into the heaps, the idle side reading a share (ShmTransport::gatherv,
     // scatterv), tunable_ab, time shared / not: np=2 scatter 1 MiB 0.76, 4 MiB 0.84 (four jobs each;
