@@ -186,6 +186,29 @@ def test_baseline_adds_ratio_column(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("collective", ("broadcast", "alltoall"))
+def test_fresh_inputs_rewrite_every_input_and_stay_right(collective, tmp_path):
+    jpath = tmp_path / "r.json"
+    proc = run_bench(collective, "-b", "4K", "-e", "64K", "-f", "4", "--iters", "5", "--warmup", "1",
+                     "--baseline", "--fresh-inputs", "--no-progress", "--json", jpath)
+    assert "inputs rewritten before each call" in proc.stdout.splitlines()[0]
+    for r in table_rows(proc.stdout):
+        assert int(r[8]) == 0 and int(r[13]) == 0, proc.stdout
+    assert json.loads(jpath.read_text())["fresh_inputs"] is True
+
+
+def test_rewriting_an_input_stores_every_byte_and_keeps_its_values():
+    case = collectives.Case("broadcast", 1000, np.dtype("float32"), "Sum", 0, 2)
+    before = case.input.copy()
+    case.rewrite_input()
+    assert np.array_equal(case.input, before)
+    # The same values, but stored: a read-only input refuses it.
+    case.input.flags.writeable = False
+    with pytest.raises(ValueError):
+        case.rewrite_input()
+
+
+@pytest.mark.timeout(120)
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "busbw.png"

@@ -75,8 +75,8 @@ class ShmTransport : public Transport {
   std::shared_ptr<char> take_preloaded_output() override;
   // Where ranks outnumber cores, readers waiting on pieces would take the core the writer copies on.
   bool preloads_in_pieces() const override { return !spin_yields_; }
-  bool moves_rooted_directly(CollectiveType type, size_t bytes) const override;
   void await_preloaded(int rank, size_t bytes) override;
+  bool moves_rooted_directly(CollectiveType type, size_t bytes) const override;
   void allreduce_bitand(std::vector<uint64_t>& words) override;
   std::vector<std::string> gather_bytes(const std::string& mine, int root) override;
   void broadcast_bytes(std::string& data, int root) override;

@@ -105,16 +105,6 @@ class Transport {
   // are there) or read through read_preloaded (bytes [at, at + bytes) into `out`).
   static constexpr size_t kPreloadPieceBytes = 8 << 10;
   virtual bool preloads_in_pieces() const { return false; }
-  // An exchange too large to preload (allgather, alltoall) sends its output's location with the
-  // control step instead: after preload(), the controller has the transport lay out `bytes` its
-  // peers may write into (preload_output; `recv_at`: where each rank's rows for this one begin).
-  // Where every rank did, the executor takes that memory (take_preloaded_output, else null) and
-  // the exchange writes into its peers' outputs without first asking where they are.
-  virtual bool preload_output(size_t /*bytes*/, const std::vector<size_t>& /*recv_at*/) { return false; }
-  virtual std::shared_ptr<char> take_preloaded_output() { return nullptr; }
-  // Whether it moves a broadcast's or scatter's `bytes` from the root's buffer straight into the
-  // receivers' (read or written directly), which beats preloading them: those are not preloaded.
-  virtual bool moves_rooted_directly(CollectiveType /*type*/, size_t /*bytes*/) const { return false; }
   virtual void await_preloaded(int /*rank*/, size_t /*bytes*/) {}
   void read_preloaded(int rank, size_t at, void* out, size_t bytes) {
     char* to = static_cast<char*>(out);
@@ -125,6 +115,16 @@ class Transport {
       from = upto;
     }
   }
+  // An exchange too large to preload (allgather, alltoall) sends its output's location with the
+  // control step instead: after preload(), the controller has the transport lay out `bytes` its
+  // peers may write into (preload_output; `recv_at`: where each rank's rows for this one begin).
+  // Where every rank did, the executor takes that memory (take_preloaded_output, else null) and
+  // the exchange writes into its peers' outputs without first asking where they are.
+  virtual bool preload_output(size_t /*bytes*/, const std::vector<size_t>& /*recv_at*/) { return false; }
+  virtual std::shared_ptr<char> take_preloaded_output() { return nullptr; }
+  // Whether it moves a broadcast's or scatter's `bytes` from the root's buffer straight into the
+  // receivers' (read or written directly), which beats preloading them: those are not preloaded.
+  virtual bool moves_rooted_directly(CollectiveType /*type*/, size_t /*bytes*/) const { return false; }
 
   // Control plane, used by the controller once per cycle.
   // Bitwise AND of `words` across ranks, in place. Waits politely: the other

@@ -40,6 +40,9 @@ def build_parser():
     p.add_argument("--algo", choices=("ring", "mpi", "auto"), default=None,
                    help="horo's algorithm: sets HORO_ALLREDUCE_ALGO/HORO_ALLGATHER_ALGO/HORO_REDUCESCATTER_ALGO")
     p.add_argument("--baseline", action="store_true", help="also time MPI's own collective (mpi4py); adds a ratio column")
+    p.add_argument("--fresh-inputs", action="store_true",
+                   help="store every rank's input again (same values, untimed) before each call, as a training step "
+                        "writes its tensors; by default inputs stay unchanged between calls, as in nccl-tests")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON (rank 0)")
     p.add_argument("--csv", metavar="PATH", help="write the results as CSV (rank 0)")
     p.add_argument("--plot", metavar="PNG", help="draw busbw vs size to this PNG (needs matplotlib)")
@@ -102,7 +105,8 @@ def main(argv=None):
 
     say(f"# horo-bench {args.collective}: {n} ranks, dtype {dtype.name}, op {op_label}, "
         f"iters {args.iters}, warmup {args.warmup}, algo {args.algo or 'default'}"
-        + (f", root {args.root}" if args.collective in collectives.ROOTED else ""))
+        + (f", root {args.root}" if args.collective in collectives.ROOTED else "")
+        + (", inputs rewritten before each call" if args.fresh_inputs else ""))
     say(f"# time: median over iterations of the slowest rank; busbw = algbw * {factor:g}")
     say(table.header(variants, args.baseline))
 
@@ -124,7 +128,8 @@ def main(argv=None):
                 variants_of_size["mpi"] = timing.Variant(lambda fn=fn, out=out: (fn(), out)[1],
                                                          lambda o, case=case: case.wrong(o, baseline=True), reset)
         per_size = {name: table.record(args.collective, name, nbytes, count, dtype.name, op_label, n, t, factor, wrong)
-                    for name, (t, wrong) in timing.measure(comm, variants_of_size, args.iters, args.warmup).items()}
+                    for name, (t, wrong) in timing.measure(comm, variants_of_size, args.iters, args.warmup,
+                                                        case.rewrite_input if args.fresh_inputs else None).items()}
         size_records = list(per_size.values())
         if "mpi" in per_size:
             table.add_ratios(size_records, horo_variant, "mpi")
@@ -139,7 +144,8 @@ def main(argv=None):
         print(f"# out of bounds values: {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
         meta = {"collective": args.collective, "nranks": n, "dtype": dtype.name, "op": op_label,
                 "algo": args.algo or "default", "iters": args.iters, "warmup": args.warmup,
-                "busbw_factor": factor, "variants": variants, "total_wrong": total_wrong}
+                "busbw_factor": factor, "variants": variants, "total_wrong": total_wrong,
+                "fresh_inputs": args.fresh_inputs}
         if args.json:
             table.write_json(args.json, meta, records)
             print(f"# wrote {args.json}")

@@ -60,6 +60,14 @@ class Case:
         # gather and reduce leave the other ranks without a result (horo returns None)
         self.receives = collective not in ("gather", "reduce") or rank == root
 
+    def rewrite_input(self):
+        """Stores every byte of this rank's input again, the same values: its lines then start the
+        call modified in this core's cache, as a training step leaves a gradient or a weight
+        (left alone, a receiver may find a sender's unchanged lines in its own cache from the
+        call before)."""
+        raw = self.input.view(np.uint8)
+        np.bitwise_xor(raw, 0, out=raw)
+
     def nbytes(self):
         return self.count * self.dtype.itemsize
 

@@ -23,15 +23,18 @@ class Variant:
         self.fn, self.check, self.reset = fn, check, reset
 
 
-def measure(comm, variants, iters, warmup):
+def measure(comm, variants, iters, warmup, before_each=None):
     """variants: {name: Variant}. Returns {name: (median seconds of the slowest rank,
-    total #wrong over all ranks and iterations)}."""
+    total #wrong over all ranks and iterations)}. before_each() (optional, untimed) runs before
+    every call of every variant (--fresh-inputs)."""
     from mpi4py import MPI
 
     times = {name: np.zeros(iters, dtype=np.float64) for name in variants}
     wrong = dict.fromkeys(variants, 0)
     for i in range(warmup + iters):
         for name, v in variants.items():
+            if before_each is not None:
+                before_each()
             if v.reset is not None:
                 v.reset()
             comm.Barrier()
