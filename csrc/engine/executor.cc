@@ -210,8 +210,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   layout_.assign(block);
   // One tensor gathers straight into its output; several go through the fusion buffer.
   const bool fused = entries.size() > 1;
-  // A preloaded tensor is alone: its output went with the control step, or every rank's input did.
-  std::shared_ptr<char> located = group.front().preloaded ? transport_.take_preloaded_output() : nullptr;
+  std::shared_ptr<char> located = located_output(group.front().preloaded);  // a preloaded tensor is alone
   const bool preloaded_inputs = group.front().preloaded && !located;
   for (size_t k = 0; k < entries.size(); ++k) {
     auto out = std::make_shared<AllocatedOutput>();
@@ -338,9 +337,7 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     out->shape[0] += static_cast<int64_t>(rows_in);
   }
   const size_t bytes = static_cast<size_t>(out->shape[0]) * row_bytes;
-  // Its output went with the control step (the transport then knows where every rank's lies),
-  // or every rank's input did, and this rank computes its own output.
-  std::shared_ptr<char> located = agreed.preloaded ? transport_.take_preloaded_output() : nullptr;
+  std::shared_ptr<char> located = located_output(agreed.preloaded);
   const bool preloaded_inputs = agreed.preloaded && !located;
   out->bytes.resize(bytes, located ? std::move(located) : preloaded_inputs ? nullptr : shared_output_(bytes));
   const int64_t t = timeline_.activity_start();

@@ -46,6 +46,9 @@ class Executor {
   // (`shared`: from the transport's output allocator, where peers may write into it).
   void allocate_missing_output(TensorEntry& e, size_t rows, bool shared = false);
   void reduce_to_root(TensorEntry& entry, bool preloaded);
+  // A preloaded exchange's output (allgather, alltoall): the memory its control step located,
+  // every rank's output having gone with it; null where every rank's input went instead.
+  std::shared_ptr<char> located_output(bool preloaded) { return preloaded ? transport_.take_preloaded_output() : nullptr; }
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
   // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank

@@ -70,6 +70,7 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       segment_(inner_->comm(), std::max(inner_->settings().shm_chunk_bytes, kLine * inner_->size()),
                inner_->settings().shm_preload_bytes),
       heap_(inner_->comm(), inner_->size() > 1 ? inner_->settings().shm_heap_bytes : 0),
+      allocate_output_(heap_.allocator()),
       outputs_(inner_->size(), nullptr),
       chunk_(segment_.chunk_bytes()),
       small_bytes_(std::min(inner_->settings().shm_small_bytes, segment_.chunk_bytes())),
@@ -806,7 +807,7 @@ bool ShmTransport::preload_output(size_t bytes, const std::vector<size_t>& recv_
   // The recv_at offsets take the place of an input in this cycle's area.
   if (!heap_.enabled() || bytes == 0 || recv_at.size() * sizeof(size_t) > preload_capacity()) return false;
   if (!reserved_output_ || reserved_bytes_ != bytes) {  // an unused one from an earlier cycle is kept
-    reserved_output_ = heap_.allocator()(bytes);
+    reserved_output_ = allocate_output_(bytes);
     reserved_bytes_ = bytes;
     if (!reserved_output_) return false;  // the heap is full
   }
@@ -821,7 +822,6 @@ std::shared_ptr<char> ShmTransport::take_preloaded_output() {
   if (!output_offered_) return nullptr;
   output_offered_ = false;
   preloaded_output_ = reserved_output_.get();
-  reserved_bytes_ = 0;
   return std::move(reserved_output_);
 }
 

@@ -65,7 +65,7 @@ class ShmTransport : public Transport {
   bool native_reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, int root) override;
   void barrier() override { step(); }
   std::unique_ptr<Transport> split(const std::vector<int>& members) override { return inner_->split(members); }
-  OutputAllocator output_allocator() const override { return heap_.allocator(); }
+  OutputAllocator output_allocator() const override { return allocate_output_; }
 
   size_t preload_capacity() const override { return size_ > 1 ? segment_.preload_bytes() : 0; }
   void preload(const void* input, size_t bytes, bool rooted) override;
@@ -205,6 +205,7 @@ class ShmTransport : public Transport {
   int size_ = 1;
   ShmSegment segment_;
   ShmHeap heap_;
+  const OutputAllocator allocate_output_;  // heap_'s, made once
   std::vector<char*> outputs_;  // outputs_in_heaps()
   size_t chunk_ = 0;        // bytes of one half-slot
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
