@@ -369,11 +369,23 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
     out->shape[0] = 0;
     for (int r = 0; r < n; ++r) out->shape[0] += agreed.per_rank[r];
     const size_t total = static_cast<size_t>(out->shape[0]) * row_bytes;
-    out->bytes.resize(total, shared_output_(total));
+    // Where the senders write into it; filled from preloaded inputs, it is this rank's alone.
+    out->bytes.resize(total, agreed.preloaded ? nullptr : shared_output_(total));
     output = out->bytes.data();
     e.allocated = std::move(out);
   }
   const int64_t t = timeline_.activity_start();
+  if (agreed.preloaded) {  // the root: every sender's rows from its input; the senders are done
+    size_t at = 0;
+    for (int r = 0; r < n && output; at += bytes[r++]) {
+      if (r == e.request.root) {
+        copy_bytes(output + at, e.input, bytes[r]);
+      } else {
+        transport_.read_preloaded(r, 0, output + at, bytes[r]);
+      }
+    }
+    return timeline_.activity("SHM_PRELOADED_GATHERV", t);
+  }
   transport_.gatherv(e.input, output, bytes, e.request.root);
   timeline_.activity(native("MPI_GATHERV", "SHM_GATHERV"), t);
 }

@@ -245,7 +245,8 @@ def test_control_messages_larger_than_a_chunk(hvd):
 
 
 PRELOADED = {"SHM_PRELOADED_ALLREDUCE", "SHM_PRELOADED_BCAST", "SHM_PRELOADED_ALLGATHERV", "SHM_PRELOADED_ALLTOALLV",
-             "SHM_PRELOADED_REDUCE_SCATTER", "SHM_PRELOADED_SCATTERV", "SHM_PRELOADED_REDUCE"}
+             "SHM_PRELOADED_REDUCE_SCATTER", "SHM_PRELOADED_SCATTERV", "SHM_PRELOADED_REDUCE",
+             "SHM_PRELOADED_GATHERV"}
 
 
 def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
@@ -282,6 +283,8 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
             blocks = [np.arange(rows[r] * 2, dtype=np.int32).reshape(rows[r], 2) + 1000 * r + step for r in range(WORLD)]
             got = hvd.allgather(blocks[RANK], name=f"pre.ag.{count}")
             assert np.array_equal(got, np.concatenate(blocks)), f"allgather x{count} step {step}"
+            got = hvd.gather(blocks[RANK], root_rank=root, name=f"pre.ga.{count}.{root}")
+            assert (got is None) if RANK != root else np.array_equal(got, np.concatenate(blocks)), f"gather x{count} to {root} step {step}"
 
             splits = [[(count + s + d) % 3 * count // 4 for d in range(WORLD)] for s in range(WORLD)]
             sent = [np.arange(sum(splits[s]), dtype=np.float64) + 1e6 * s + step for s in range(WORLD)]
