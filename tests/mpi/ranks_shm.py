@@ -285,6 +285,12 @@ def test_cached_collectives_run_from_the_inputs_their_control_step_carried(hvd):
             assert np.array_equal(got, np.concatenate(blocks)), f"allgather x{count} step {step}"
             got = hvd.gather(blocks[RANK], root_rank=root, name=f"pre.ga.{count}.{root}")
             assert (got is None) if RANK != root else np.array_equal(got, np.concatenate(blocks)), f"gather x{count} to {root} step {step}"
+            # Senders on both sides of the preload sizes (16 and 64 KiB): some ride the step, some
+            # do not, and the AND sends the gather down the usual path.
+            for edge in (16 << 10, 64 << 10):
+                ragged = [np.full((edge // 8 + r % 2, 2), 10 * r + step, np.int32) for r in range(WORLD)]
+                got = hvd.gather(ragged[RANK], root_rank=root, name=f"pre.ga.edge.{edge}.{root}")
+                assert (got is None) if RANK != root else np.array_equal(got, np.concatenate(ragged)), f"gather at {edge} step {step}"
 
             splits = [[(count + s + d) % 3 * count // 4 for d in range(WORLD)] for s in range(WORLD)]
             sent = [np.arange(sum(splits[s]), dtype=np.float64) + 1e6 * s + step for s in range(WORLD)]
