@@ -358,12 +358,12 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
 }
 
 void Executor::gather(const Response& agreed, TensorEntry& e) {
-  const int n = transport_.size();
+  const int n = transport_.size(), root = e.request.root;
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   std::vector<size_t> bytes;
   for (int r = 0; r < n; ++r) bytes.push_back(static_cast<size_t>(agreed.per_rank[r]) * row_bytes);
   char* output = nullptr;
-  if (transport_.rank() == e.request.root) {
+  if (transport_.rank() == root) {
     auto out = std::make_shared<AllocatedOutput>();
     out->shape = e.request.shape;
     out->shape[0] = 0;
@@ -375,10 +375,10 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
     e.allocated = std::move(out);
   }
   const int64_t t = timeline_.activity_start();
-  if (agreed.preloaded) {  // the root: every sender's rows from its input; the senders are done
+  if (agreed.preloaded) {  // the root reads each sender's rows from its input; the senders are done
     size_t at = 0;
-    for (int r = 0; r < n && output; at += bytes[r++]) {
-      if (r == e.request.root) {
+    for (int r = 0; r < n && transport_.rank() == root; at += bytes[r++]) {
+      if (r == root) {
         copy_bytes(output + at, e.input, bytes[r]);
       } else {
         transport_.read_preloaded(r, 0, output + at, bytes[r]);
@@ -386,7 +386,7 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
     }
     return timeline_.activity("SHM_PRELOADED_GATHERV", t);
   }
-  transport_.gatherv(e.input, output, bytes, e.request.root);
+  transport_.gatherv(e.input, output, bytes, root);
   timeline_.activity(native("MPI_GATHERV", "SHM_GATHERV"), t);
 }
 
