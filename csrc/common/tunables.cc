@@ -37,8 +37,9 @@ const std::vector<TunableSpec>& tunable_specs() {
        "(above: reduce-scatter then all-gather, two steps per chunk)"},
       {"HORO_SHM_PRELOAD_BYTES", "", "65536",
        "a cached shared-memory broadcast, scatter or reducescatter whose input is at most this size "
-       "(allreduce, allgather and alltoall: HORO_SHM_SMALL_BYTES; reduce and a gather's senders too, but between 2 ranks "
-       "with cores of their own) "
+       "(allreduce, allgather and alltoall: HORO_SHM_SMALL_BYTES, but an allgather or alltoall between 2 ranks with "
+       "cores of their own only up to 4 KiB of output; reduce and a gather's senders: HORO_SHM_SMALL_BYTES, this size "
+       "between 2 ranks with cores of their own) "
        "travels with the cycle's control step: one rendezvous instead of two (not a broadcast or scatter whose "
        "root's buffer moves straight into the receivers' instead: HORO_SHM_SINGLE_COPY_BYTES); 0: never"},
       {"HORO_SPIN_MICROSECONDS", "", "auto",

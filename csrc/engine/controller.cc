@@ -41,6 +41,17 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
+// Between 2 ranks with cores of their own, an exchange (allgather, alltoall) rides the control step
+// while its output is at most this: tunable_ab, four or five jobs each, time not preloaded / preloaded
+// at 4 / 8 / 16 / 32 KiB of output, allgather 0.99 / 0.82-0.85 / 0.71 / 0.65 (inputs written afresh
+// before each call: 0.97 / 0.86-0.88 / 0.75 / 0.70), alltoall 1.11 / 0.93 / 0.88 (fresh the same).
+constexpr int64_t kPairExchangePreloadOutput = 4096;
+
+// The most input bytes an exchange whose output is `outputs_per_input` times its rank's input preloads.
+int64_t exchange_preload_limit(bool pairs_in_pieces, int64_t outputs_per_input, const Tunables& t) {
+  return pairs_in_pieces ? std::min(t.shm_small_bytes, kPairExchangePreloadOutput / outputs_per_input) : t.shm_small_bytes;
+}
+
 // Bytes of this rank's input that `q`'s collective reads from its peers'
 // preloaded inputs, or -1 where it cannot run from them (it runs as negotiated).
 // Reductions there go in rank order, as the transport's one-step allreduce does.
@@ -64,9 +75,13 @@ int64_t preload_bytes(const Request& q, int set_rank, int root_set_rank, bool pa
       return reduces_as_is && bytes <= (pairs_in_pieces ? t.shm_preload_bytes : t.shm_small_bytes) ? bytes : -1;
     // Larger exchanges write straight into their peers' outputs (transport/shm_heap.h): preloaded,
     // each rank copies everything twice (np=2 allgather, 32 KiB per rank: 10.7 against 9.1 us).
-    case CollectiveType::kAllgather: return t.allgather_algo != "ring" && bytes <= t.shm_small_bytes ? bytes : -1;
-    // It copies in its own piece too, which the usual path never moves (measured 4-6% slower at 64 KiB).
-    case CollectiveType::kAlltoall: return bytes <= t.shm_small_bytes ? bytes : -1;
+    // An alltoall copies in its own piece too, which the usual path never moves (4-6% slower at 64
+    // KiB). Between 2 ranks with cores of their own the step saved costs next to nothing, and from
+    // an output of 8 KiB the copies cost more (kPairExchangePreloadOutput); where ranks share cores
+    // the step is the dear part (np=4 on 2 cores, allgather 8-64 KiB not preloaded: 1.66-1.83x slower).
+    case CollectiveType::kAllgather:
+      return t.allgather_algo != "ring" && bytes <= exchange_preload_limit(pairs_in_pieces, 2, t) ? bytes : -1;
+    case CollectiveType::kAlltoall: return bytes <= exchange_preload_limit(pairs_in_pieces, 1, t) ? bytes : -1;
     // Only the senders' inputs, by the reduce's sizes: the root reads each one's rows from its area
     // (in pieces, as they come in, where a pair preloads so) and the senders are done once the step
     // is. Four alternating jobs each, time preloaded / not: np=2 32 / 64 / 128 KiB gathered 0.84 /

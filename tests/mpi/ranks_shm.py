@@ -351,7 +351,7 @@ def test_cached_exchanges_too_large_to_preload_locate_their_outputs_in_the_contr
     kept = []
     for step in range(5):
         for name, rows in (("big", [6000 + 7 * r for r in range(WORLD)]),  # 72 KiB and up per rank
-                           ("mixed", [300 if r == 0 else 6000 for r in range(WORLD)])):  # rank 0: 3.6 KiB
+                           ("mixed", [100 if r == 0 else 6000 for r in range(WORLD)])):  # rank 0: 1.2 KiB
             inputs = [np.arange(rows[r] * 3, dtype=np.float32).reshape(rows[r], 3) + 1e5 * r + step for r in range(WORLD)]
             got = hvd.allgather(inputs[RANK], name=f"loc.ag.{name}")
             assert np.array_equal(got, np.concatenate(inputs)), f"allgather {name} step {step}"
