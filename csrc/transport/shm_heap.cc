@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/logging.h"
 
@@ -81,18 +82,33 @@ class ShmHeap::Arena {
   }
 
  private:
+  // The maps' nodes are kept and used again: a steady state (the same sizes taken and given
+  // back, call after call) then allocates nothing, as a small collective must not
+  // (tests/mpi/ranks_shm.py counts every malloc).
   void insert(size_t at, size_t size) {
-    by_offset_.emplace(at, size);
-    by_size_.emplace(size, at);
+    insert_node(by_offset_, spare_offsets_, at, size);
+    insert_node(by_size_, spare_sizes_, size, at);
   }
   void erase(size_t at, size_t size) {
-    by_offset_.erase(at);
+    spare_offsets_.push_back(by_offset_.extract(at));
     for (auto it = by_size_.lower_bound(size); it != by_size_.end() && it->first == size; ++it) {
       if (it->second == at) {
-        by_size_.erase(it);
+        spare_sizes_.push_back(by_size_.extract(it));
         return;
       }
     }
+  }
+  template <class Map>
+  static void insert_node(Map& map, std::vector<typename Map::node_type>& spares, size_t key, size_t value) {
+    if (spares.empty()) {
+      map.emplace(key, value);
+      return;
+    }
+    typename Map::node_type node = std::move(spares.back());
+    spares.pop_back();
+    node.key() = key;
+    node.mapped() = value;
+    map.insert(std::move(node));
   }
 
   char* base_;
@@ -100,6 +116,8 @@ class ShmHeap::Arena {
   std::mutex mutex_;
   std::map<size_t, size_t> by_offset_;     // free blocks: offset -> size
   std::multimap<size_t, size_t> by_size_;  // the same: size -> offset
+  std::vector<std::map<size_t, size_t>::node_type> spare_offsets_;
+  std::vector<std::multimap<size_t, size_t>::node_type> spare_sizes_;
 };
 
 ShmHeap::ShmHeap(MPI_Comm comm, size_t bytes) {
