@@ -90,7 +90,7 @@ class ShmHeap::Arena {
     insert_node(by_size_, spare_sizes_, size, at);
   }
   void erase(size_t at, size_t size) {
-    spare_offsets_.push_back(by_offset_.extract(at));
+    if (auto node = by_offset_.extract(at)) spare_offsets_.push_back(std::move(node));
     for (auto it = by_size_.lower_bound(size); it != by_size_.end() && it->first == size; ++it) {
       if (it->second == at) {
         spare_sizes_.push_back(by_size_.extract(it));
