@@ -25,6 +25,7 @@
 #include <string>
 #include <utility>
 
+#include "transport/cached_reads.h"
 #include "transport/mpi_transport.h"
 #include "transport/shm_heap.h"
 #include "transport/shm_segment.h"
@@ -171,8 +172,8 @@ class ShmTransport : public Transport {
   // from a smaller size: through the segment the root's copy in overlaps the readers' copies
   // out, while in an exchange every rank copies in and out, so reading directly halves each rank's work.
   static bool reads_directly(size_t threshold, size_t bytes) { return threshold > 0 && bytes >= threshold; }
-  // Publishes `address` (and `extra`) in this rank's mailbox; returns once every rank has.
-  void publish_addresses(const void* address, const void* extra = nullptr);
+  // Publishes `address` (mail word 0, and `extra`: word 1) in this rank's mailbox; returns once every rank has.
+  void publish_addresses(const void* address, uint64_t extra = 0);
   // One step in which every rank says where `output` lies in its heap (and, with
   // `recv_at`, where each peer's part of it starts). True when every rank's does:
   // outputs_[r] is then rank r's output as mapped here, its `recv_at` in slot(r),
@@ -220,6 +221,15 @@ class ShmTransport : public Transport {
   size_t rooted_reduce_single_copy_bytes_ = 0;  // the same for a reduce to one root
   size_t reducescatter_single_copy_bytes_ = 0;  // ... and for a reducescatter
   std::string read_error_;
+  // A broadcast's receiver whose last read of the root's buffer found its lines cached reads the
+  // whole of it the next time (broadcast()); which read that was, and what it found.
+  struct RootRead {
+    const void* buffer = nullptr;
+    size_t bytes = 0;
+    int root = -1;
+    bool cached = false;
+  } last_root_read_;
+  CachedReads cached_reads_;
   std::vector<char> piece_;  // reduce_with_peers_inputs(): one peer's part of a piece, read here
   std::vector<char> rows_;   // an in-place reducescatter's result, until its peers' reads are done
   std::chrono::microseconds spin_{0};

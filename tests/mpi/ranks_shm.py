@@ -236,6 +236,27 @@ def test_senders_that_leave_a_rooted_collective_early_meet_the_next_one(hvd):
                 assert np.array_equal(got, np.sum(inputs, axis=0)), f"reduce x{count} to {other}, call {i}"
 
 
+def test_broadcasts_of_a_root_buffer_left_unchanged_then_written_afresh(hvd):
+    """A reader whose last read of the root's buffer found the lines in its own cache reads the
+    whole of it the next time instead of leaving the root a share (ShmTransport::broadcast). Each
+    reader's buffer is poisoned before every call, the root's left unchanged for a run of calls,
+    then written before each: every byte must come from the root, whichever reader took which part."""
+    for nbytes in (16 << 10, 64 << 10, 100_000, 128 << 10, 256 << 10):
+        for root in range(WORLD):
+            mine = np.zeros(nbytes // 4, np.float32)
+            name = f"unchanged.bc.{nbytes}.{root}"
+            for call in range(40):
+                fresh = call >= 30
+                value = np.arange(nbytes // 4, dtype=np.float32) + (call if fresh else 0) + 7 * root
+                if RANK == root:
+                    if call == 0 or fresh:
+                        mine[:] = value
+                else:
+                    mine[:] = -1
+                hvd.broadcast_(mine, root_rank=root, name=name)
+                assert np.array_equal(mine, value), f"broadcast of {nbytes} bytes from {root}, call {call}"
+
+
 def test_control_messages_larger_than_a_chunk(hvd):
     """Hundreds of new long names in one cycle: requests and responses span several rounds."""
     names = [f"control.{'x' * 200}.{i}" for i in range(300)]
