@@ -228,6 +228,7 @@ class ShmTransport : public Transport {
     size_t bytes = 0;
     int root = -1;
     bool cached = false;
+    bool same(const RootRead& o) const { return buffer == o.buffer && bytes == o.bytes && root == o.root; }
   } last_root_read_;
   CachedReads cached_reads_;
   std::vector<char> piece_;  // reduce_with_peers_inputs(): one peer's part of a piece, read here
