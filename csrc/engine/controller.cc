@@ -249,7 +249,7 @@ const Controller::Cycle& Controller::run_cycle(const std::vector<Request>& new_r
       response_pool_.append(cycle.responses) = std::move(response);
     }
   } else if (transport_.rank() == 0) {
-    inspect_stalls(nullptr);  // warnings only; errors need a negotiation round
+    inspect_stalls(nullptr, now);  // warnings only; errors need a negotiation round
   }
 
   size_t keep = 0;
@@ -372,7 +372,7 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
     }
   }
   table_order_.resize(keep);
-  inspect_stalls(&responses);
+  inspect_stalls(&responses, now);
   if (std::all_of(joined_ranks_.begin(), joined_ranks_.end(), [](bool j) { return j; })) {
     Response join;
     join.request.type = CollectiveType::kJoin;
@@ -552,8 +552,7 @@ bool Controller::stall_shutdown_due() const {
   return false;
 }
 
-void Controller::inspect_stalls(std::vector<Response>* errors) {
-  const auto now = Clock::now();
+void Controller::inspect_stalls(std::vector<Response>* errors, Clock::time_point now) {
   if (errors == nullptr && now - last_stall_check_ < std::chrono::seconds(1)) return;
   last_stall_check_ = now;
   const double check_s = tunables_.stall_check_seconds, shutdown_s = tunables_.stall_shutdown_seconds;

@@ -82,7 +82,7 @@ class Controller {
   void replay_later(const std::string& name, Clock::time_point now);
   Response refused(const std::string& name, const TableEntry& entry) const;
   Response match(const std::string& name, const TableEntry& entry) const;
-  void inspect_stalls(std::vector<Response>* errors);
+  void inspect_stalls(std::vector<Response>* errors, Clock::time_point now);
   bool stall_shutdown_due() const;
 
   Transport& transport_;

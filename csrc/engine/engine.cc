@@ -269,8 +269,10 @@ void Engine::help(int handle) {
   if (shutdown_requested_) return queue_.wake();
   // The background thread may be in a cycle (one a peer began, before this caller
   // came): wait for it a little rather than hand over, since it ends within microseconds
-  // unless a large collective runs, and then a waiter gains nothing.
-  std::unique_lock<std::timed_mutex> lock(cycle_mutex_, kHelperLockWait);
+  // unless a large collective runs, and then a waiter gains nothing. (A free lock is taken
+  // without the timed wait, which reads the clock first.)
+  std::unique_lock<std::timed_mutex> lock(cycle_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) lock.try_lock_for(kHelperLockWait);
   if (!lock.owns_lock() || stop_ || helper_failure_ || handles_.poll(handle, true)) return queue_.wake();
   Transport& global = *sets_.at(0).transport;
   auto done = [&] { return handles_.poll(handle, true) || stop_ || shutdown_requested_; };

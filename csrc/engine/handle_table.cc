@@ -67,14 +67,17 @@ bool HandleTable::wait_for(int handle, std::chrono::milliseconds timeout, Result
   // rehash moves iterators but never the elements themselves.
   State& state = it->second;
   // Collectives often finish within microseconds: a short spin that yields
-  // the core saves the sleep and wake-up round trip before blocking.
-  const auto spin_until = std::chrono::steady_clock::now() + spin_;
-  while (!state.done && std::chrono::steady_clock::now() < spin_until) {
-    lock.unlock();
-    std::this_thread::yield();
-    lock.lock();
+  // the core saves the sleep and wake-up round trip before blocking. (A caller
+  // that ran its collective itself finds it done: no clock read, no wait.)
+  if (!state.done) {
+    const auto spin_until = std::chrono::steady_clock::now() + spin_;
+    while (!state.done && std::chrono::steady_clock::now() < spin_until) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+    if (!done_cv_.wait_for(lock, timeout, [&] { return state.done; })) return false;
   }
-  if (!done_cv_.wait_for(lock, timeout, [&] { return state.done; })) return false;
   *result = std::move(state.result);
   nodes_.erase(states_, states_.find(handle));
   return true;
