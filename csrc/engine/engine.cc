@@ -20,6 +20,8 @@ constexpr std::chrono::microseconds kIdleWakeup{1000000};
 // itself (Engine::help) before running it: far below any step's compute.
 constexpr std::chrono::microseconds kCallerGrace{100};
 constexpr std::chrono::microseconds kHelperLockWait{1000};
+// How often the loop tests point-to-point transfers in flight that nobody waits for.
+constexpr std::chrono::microseconds kPointToPointPoll{1000};
 bool refused_here(const Response& error, int set_rank) {
   return std::find(error.per_rank.begin(), error.per_rank.end(), set_rank) != error.per_rank.end();
 }
@@ -58,6 +60,12 @@ void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<i
   set.transport = std::move(transport);
   set.controller = std::make_unique<Controller>(*set.transport, tunables_, set.members);
   set.executor = std::make_unique<Executor>(*set.transport, tunables_, timeline_);
+  p2p_.add_set(id, set.transport.get(), set.members);
+}
+
+int Engine::point_to_point(int set_id, const std::vector<PointToPoint::Op>& ops, const std::string& name) {
+  if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
+  return p2p_.start(set_id, ops, name);
 }
 
 Engine::~Engine() { shutdown(); }
@@ -163,7 +171,10 @@ void Engine::loop() {
       // loop sleeps until this rank or a peer has work: no polling period when
       // idle, and a peer that starts a cycle ends a backoff at once.
       auto local_work = [this] { return queue_.has_work() || shutdown_requested_; };
-      const auto timeout = !pending ? kIdleWakeup : backoff;
+      // Transfers nobody waits for (a future's, a send's answer) still progress.
+      p2p_.progress();
+      const auto poll_cap = p2p_.in_flight() ? kPointToPointPoll : kIdleWakeup;
+      const auto timeout = std::min(poll_cap, !pending ? kIdleWakeup : backoff);
       if (shutdown_requested_ || (pending && backoff.count() == 0)) {
         if (!pending) queue_.wait_for_work(microseconds(0));
       } else if (global->wait_for_peers(local_work, timeout, !callers_may_run_)) {
@@ -176,7 +187,7 @@ void Engine::loop() {
         if (callers_may_run_ && !shutdown_requested_ && !callback_work) std::this_thread::sleep_for(kCallerGrace);
       } else {
         // Where callers run their cycles, a spin here would only take their tensors from them.
-        queue_.wait_for_work(pending ? backoff : idle_wait, !callers_may_run_);
+        queue_.wait_for_work(std::min<microseconds>(poll_cap, pending ? backoff : idle_wait), !callers_may_run_);
       }
       bool progressed;
       {
@@ -265,7 +276,7 @@ void Engine::help(int handle) {
   // CUDA tensor that turns them off is pushed with a wake, which takes every
   // request). Otherwise whoever returns without running the cycle hands it to the
   // background thread, which a blocking caller's enqueue did not wake.
-  if (!callers_may_run_) return;
+  if (!callers_may_run_ || (p2p_.in_flight() && p2p_.owns(handle))) return;  // point-to-point needs no cycle
   if (shutdown_requested_) return queue_.wake();
   // The background thread may be in a cycle (one a peer began, before this caller
   // came): wait for it a little rather than hand over, since it ends within microseconds
@@ -309,6 +320,7 @@ void Engine::fail(std::vector<TensorEntry> entries, const std::string& why) {
 void Engine::fail_everything(const std::string& why) {
   stopped_ = true;
   fail(queue_.take_all(), why);
+  p2p_.fail_all(why);
 }
 
 std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
@@ -323,6 +335,7 @@ std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
   } else {
     const int id = agreed.root;
     fail(queue_.take_all_of(id), "process set " + std::to_string(id) + " was removed while this tensor was pending");
+    p2p_.remove_set(id, "process set " + std::to_string(id) + " was removed while this transfer was pending");
     sets_.erase(id);  // members free its communicator together
     out->value = id;
   }

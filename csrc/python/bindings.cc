@@ -608,6 +608,23 @@ PYBIND11_MODULE(_core, m) {
         }
       },
       py::arg("codes"), "The NumPy dtypes run_plain() takes (dtype -> code), from horo/dtypes.py.");
+  m.def(
+      "point_to_point",
+      [](int process_set, const std::vector<std::tuple<bool, uintptr_t, size_t, int, int>>& transfers,
+         const std::string& name) {
+        require_init();
+        std::vector<PointToPoint::Op> ops;
+        ops.reserve(transfers.size());
+        for (const auto& [send, address, bytes, peer, tag] : transfers) {
+          ops.push_back(PointToPoint::Op{send, reinterpret_cast<void*>(address), bytes, peer, tag});
+        }
+        std::shared_ptr<Engine> engine = g_engine;
+        py::gil_scoped_release release;
+        return engine->point_to_point(process_set, ops, name);
+      },
+      py::arg("process_set"), py::arg("transfers"), py::arg("name"),
+      "Posts point-to-point transfers, each (send, address, bytes, peer's global rank, tag), together; "
+      "returns one handle for all. The buffers must stay alive until it completes.");
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
         "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
         "current cudaStream_t) is made to wait for the results.");

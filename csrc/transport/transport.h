@@ -1,6 +1,6 @@
-// What an algorithm may ask of the wire. Algorithms (collectives/) see only
-// this interface; mpi_transport.cc is the one implementation today, and an
-// NCCL one slots in beside it without touching the algorithms.
+// What an algorithm may ask of the wire. Algorithms (collectives/) and the
+// engine's point-to-point see only this interface; MPI, shared memory, the
+// hierarchical composition and NCCL implement it.
 #pragma once
 
 #include <algorithm>
@@ -38,6 +38,19 @@ class Transport {
   virtual int irecv(void* buf, size_t bytes, int peer) = 0;
   virtual void wait(int slot) = 0;
   virtual void wait_all() = 0;
+
+  // User point-to-point (horo.send / recv, pipeline stages): tagged, on traffic of its own
+  // apart from the collectives', so any thread may post while collectives run. Messages
+  // between a pair with the same tag match in the order they were posted, as in MPI.
+  // The caller serialises these calls (engine/point_to_point.h holds one lock for them).
+  // post_* start a transfer and return its id; test_posted() is true once it is done (the id
+  // is then free), setting a receive's `received` to the bytes that came, and throws
+  // horo::Error for a message larger than the receive buffer.
+  virtual int post_send(const void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual int post_recv(void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual bool test_posted(int id, size_t* received) = 0;
+  // The largest tag post_*() accept.
+  virtual int max_tag() const = 0;
 
   // Whether native_allreduce / native_allgatherv of `bytes` run a two-level
   // (intra-host, then cross-host) algorithm that beats the executor's flat
