@@ -72,14 +72,23 @@ def irecv(tensor, src, tag=0, name=None, process_set=None):
     return start([P2POp("recv", tensor, src, tag)], name, process_set, host_buffer, lambda _: tensor)
 
 
+def transfer(send, tensor, peer, tag, name, process_set, buffer_of):
+    """One blocking send or receive, started and waited for in one call into the core."""
+    address, nbytes, owner = buffer_of(tensor, name, not send)
+    peer = _checked_int(peer, "the peer rank", name)
+    tag = _checked_int(tag, "the tag", name)
+    _core.transfer(process_sets.set_id(process_set, name), send, address, nbytes, peer, tag, name, owner)
+    return tensor
+
+
 def send(tensor, dst, tag=0, name=None, process_set=None):
     """Sends `tensor` to global rank `dst`; returns once `dst` has received it."""
-    synchronize(isend(tensor, dst, tag, name, process_set))
+    transfer(True, tensor, dst, tag, name or f"send.to{dst}.tag{tag}", process_set, host_buffer)
 
 
 def recv(tensor, src, tag=0, name=None, process_set=None):
     """Receives a message from global rank `src` into `tensor` (in place) and returns it."""
-    return synchronize(irecv(tensor, src, tag, name, process_set))
+    return transfer(False, tensor, src, tag, name or f"recv.from{src}.tag{tag}", process_set, host_buffer)
 
 
 def batch_isend_irecv(ops, name=None, process_set=None):

@@ -171,9 +171,10 @@ void Engine::loop() {
       // loop sleeps until this rank or a peer has work: no polling period when
       // idle, and a peer that starts a cycle ends a backoff at once.
       auto local_work = [this] { return queue_.has_work() || shutdown_requested_; };
-      // Transfers nobody waits for (a future's, a send's answer) still progress.
-      p2p_.progress();
-      const auto poll_cap = p2p_.in_flight() ? kPointToPointPoll : kIdleWakeup;
+      // Transfers nobody waits for (a future's, a receive's answer) still progress.
+      const bool p2p_alone = p2p_.in_flight() && !p2p_.driven();
+      if (p2p_alone) p2p_.progress(-1, true);
+      const auto poll_cap = p2p_alone ? kPointToPointPoll : kIdleWakeup;
       const auto timeout = std::min(poll_cap, !pending ? kIdleWakeup : backoff);
       if (shutdown_requested_ || (pending && backoff.count() == 0)) {
         if (!pending) queue_.wait_for_work(microseconds(0));

@@ -45,7 +45,11 @@ class PointToPoint {
   // them in errors. Throws ArgumentError (posting nothing) for a peer outside the set or a bad tag.
   int start(int set_id, const std::vector<Op>& ops, const std::string& name);
   // Tests what is in flight: completes finished handles and answers arrived messages. Any thread.
-  void progress();
+  // True once `handle` is no longer in flight. `unless_busy`: returns false at once where
+  // another thread is testing them.
+  bool progress(int handle = -1, bool unless_busy = false);
+  // Whether a thread waits in drive(): it moves every transfer along, nobody else need.
+  bool driven() const { return drivers_.load(std::memory_order_relaxed) > 0; }
   // Drives progress until `handle` completes or `timeout` passes. Throws PeerUnreachable
   // (after failing everything in flight) once a peer it waits for is gone.
   void drive(int handle, std::chrono::microseconds timeout);
@@ -85,6 +89,7 @@ class PointToPoint {
   std::list<Transfer> transfers_;  // in post order: a pair's same-tag answers go out in it
   std::unordered_map<int, Batch> batches_;
   std::atomic<int> in_flight_{0};  // batches
+  std::atomic<int> drivers_{0};
 };
 
 }  // namespace horo

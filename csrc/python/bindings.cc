@@ -625,6 +625,25 @@ PYBIND11_MODULE(_core, m) {
       py::arg("process_set"), py::arg("transfers"), py::arg("name"),
       "Posts point-to-point transfers, each (send, address, bytes, peer's global rank, tag), together; "
       "returns one handle for all. The buffers must stay alive until it completes.");
+  m.def(
+      "transfer",
+      [](int process_set, bool send, uintptr_t address, size_t bytes, int peer, int tag, const std::string& name,
+         py::object owner) {
+        require_init();
+        std::shared_ptr<Engine> engine = g_engine;
+        if (!g_interrupted->empty()) release_finished_interrupted(*engine);
+        const std::vector<PointToPoint::Op> ops{{send, reinterpret_cast<void*>(address), bytes, peer, tag}};
+        int handle = -1;
+        try {
+          to_python(await_handle(*engine, handle, [&] { handle = engine->point_to_point(process_set, ops, name); }), 0);
+        } catch (py::error_already_set&) {
+          if (handle >= 0) (*g_interrupted)[handle] = py::make_tuple(owner, py::none());  // the core still uses it
+          throw;
+        }
+      },
+      py::arg("process_set"), py::arg("send"), py::arg("address"), py::arg("bytes"), py::arg("peer"), py::arg("tag"),
+      py::arg("name"), py::arg("owner"),
+      "One blocking send or receive (point_to_point() and wait() in one call); `owner` holds the buffer.");
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
         "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
         "current cudaStream_t) is made to wait for the results.");

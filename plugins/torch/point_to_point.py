@@ -4,7 +4,6 @@ import torch
 
 from horo import point_to_point as _p2p
 from horo.point_to_point import P2POp
-from horo.torch.handles import synchronize
 from horo.torch.tensors import CODES
 
 
@@ -35,12 +34,12 @@ def irecv(tensor, src, tag=0, name=None, process_set=None):
 
 def send(tensor, dst, tag=0, name=None, process_set=None):
     """Sends `tensor` to global rank `dst`; returns once `dst` has received it."""
-    synchronize(isend(tensor, dst, tag, name, process_set))
+    _p2p.transfer(True, tensor, dst, tag, name or f"send.to{dst}.tag{tag}", process_set, _buffer)
 
 
 def recv(tensor, src, tag=0, name=None, process_set=None):
     """Receives a message from global rank `src` into `tensor` (in place) and returns it."""
-    return synchronize(irecv(tensor, src, tag, name, process_set))
+    return _p2p.transfer(False, tensor, src, tag, name or f"recv.from{src}.tag{tag}", process_set, _buffer)
 
 
 def batch_isend_irecv(ops, name=None, process_set=None):
