@@ -44,12 +44,15 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   for (int r = 0; r < transport->size(); ++r) everyone[r] = r;
   add_set(0, std::move(transport), std::move(everyone));
   Transport* global = sets_.at(0).transport.get();
-  shared_output_ = global->output_allocator();
-  queue_.set_on_work([global] { global->wake_local(); });
+  ShmCapabilities* shm = global->shm();
+  if (shm) {
+    shared_output_ = shm->output_allocator();
+    queue_.set_on_work([shm] { shm->wake_local(); });
+  }
   // Where the global set watches its peers, or this rank has none (a job of one),
   // the background thread needs no polling period, and a waiting caller may run
   // its own cycle.
-  callers_may_run_ = global->watches_peers() || global->size() == 1;
+  callers_may_run_ = (shm && shm->watches_peers()) || global->size() == 1;
   thread_ = std::thread([this] { loop(); });
   pthread_setname_np(thread_.native_handle(), "horo-engine");  // in top -H, gdb and /proc/*/task/*/comm
 }
@@ -156,6 +159,7 @@ void Engine::loop() {
   auto backoff = microseconds(0);  // grows while pending tensors make no progress
   // Set 0 lives until the loop ends; its transport is safe to wait on without the lock.
   Transport* global = sets_.at(0).transport.get();
+  ShmCapabilities* shm = global->shm();
   // Alone (a job of one rank), nothing comes from peers: the idle loop needs no polling period.
   const auto idle_wait = global->size() == 1 ? kIdleWakeup : cycle_time;
   try {
@@ -178,7 +182,7 @@ void Engine::loop() {
       const auto timeout = std::min(poll_cap, !pending ? kIdleWakeup : backoff);
       if (shutdown_requested_ || (pending && backoff.count() == 0)) {
         if (!pending) queue_.wait_for_work(microseconds(0));
-      } else if (global->wait_for_peers(local_work, timeout, !callers_may_run_)) {
+      } else if (shm && shm->wait_for_peers(local_work, timeout, !callers_may_run_)) {
         queue_.clear_woken();
         // A caller about to wait for its tensor, or for the tensor a peer's
         // cycle is about, runs that cycle itself (help()), with its tensor in
@@ -196,8 +200,8 @@ void Engine::loop() {
         if (helper_failure_) std::rethrow_exception(helper_failure_);
         if (stop_) break;
         // A caller waiting for its tensor may have run the cycle this wake-up was for.
-        if (global->watches_peers() && !shutdown_requested_ && !queue_.has_work() && !any_pending() &&
-            !global->peers_ahead()) {
+        if (shm && shm->watches_peers() && !shutdown_requested_ && !queue_.has_work() && !any_pending() &&
+            !shm->peers_ahead()) {
           continue;
         }
         progressed = run_pass();
@@ -286,10 +290,10 @@ void Engine::help(int handle) {
   std::unique_lock<std::timed_mutex> lock(cycle_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) lock.try_lock_for(kHelperLockWait);
   if (!lock.owns_lock() || stop_ || helper_failure_ || handles_.poll(handle, true)) return queue_.wake();
-  Transport& global = *sets_.at(0).transport;
+  ShmCapabilities* shm = sets_.at(0).transport->shm();
   auto done = [&] { return handles_.poll(handle, true) || stop_ || shutdown_requested_; };
-  auto news = [&] { return done() || queue_.has_work() || global.peers_ahead(); };
-  global.set_caller_cycles(true);
+  auto news = [&] { return done() || queue_.has_work() || (shm && shm->peers_ahead()); };
+  if (shm) shm->set_caller_cycles(true);
   try {
     // Our tensor is new: start a cycle now. Then join the cycles peers start
     // (their callers' tensors) until ours has run or they go quiet.
@@ -301,7 +305,7 @@ void Engine::help(int handle) {
     // The background thread ends the engine the way it would have had it run this cycle.
     helper_failure_ = std::current_exception();
   }
-  global.set_caller_cycles(false);
+  if (shm) shm->set_caller_cycles(false);
   // A peer that has begun its next cycle is not a reason to wake the background
   // thread (that wake-up took the core this rank's caller runs on): the cycle
   // cannot finish before this rank's next tensor, which this caller brings or

@@ -77,7 +77,7 @@ class Engine {
   void shutdown();
   bool stopped() const { return stopped_; }
   // Memory for a caller's new output array that the global set's peers can write into
-  // (Transport::output_allocator); null where there is none. Any thread, even after shutdown.
+  // (ShmCapabilities::output_allocator); null where there is none. Any thread, even after shutdown.
   std::shared_ptr<char> shared_output(size_t bytes) const { return shared_output_(bytes); }
   // Rank 0 records (as Horovod's coordinator does); elsewhere these do nothing.
   void start_timeline(const std::string& path, bool mark_cycles);
@@ -129,7 +129,7 @@ class Engine {
   std::atomic<bool> callers_may_run_{false};
   std::atomic<bool> callback_work_{false};  // a tensor with a completion callback came since the last wake-up
   int next_set_id_ = 1;
-  Transport::OutputAllocator shared_output_ = Transport::no_shared_outputs();  // the global set's, from construction
+  OutputAllocator shared_output_ = no_shared_outputs();  // the global set's, from construction
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::string stop_reason_;

@@ -159,7 +159,7 @@ void init(int64_t fortran_comm) {
     // pytorch_ddp_throughput.py, whose tensors are tiny or huge, is unchanged (1.42-1.70x DDP
     // against 1.40-1.58x, three runs).
     // GPU tensors (unmeasured) and MPI keep 1 MiB.
-    tunables.fusion_max_host_tensor_bytes = std::string(world->name()) == "SHM" ? 65536 : 1048576;
+    tunables.fusion_max_host_tensor_bytes = world->shm() ? 65536 : 1048576;
     tunables.fusion_max_tensor_bytes = 1048576;
   }
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +

@@ -33,7 +33,7 @@
 
 namespace horo {
 
-class ShmTransport : public Transport {
+class ShmTransport : public Transport, public ShmCapabilities {
  public:
   // Collective over `inner`'s communicator, whose ranks must share this host.
   explicit ShmTransport(std::unique_ptr<MpiTransport> inner);
@@ -41,7 +41,7 @@ class ShmTransport : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool prefers_native() const override { return true; }
-  const char* name() const override { return "SHM"; }
+  ShmCapabilities* shm() override { return this; }
 
   int isend(const void* buf, size_t bytes, int peer) override { return inner_->isend(buf, bytes, peer); }
   int irecv(void* buf, size_t bytes, int peer) override { return inner_->irecv(buf, bytes, peer); }
