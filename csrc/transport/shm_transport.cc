@@ -367,7 +367,7 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
     return true;
   }
   const size_t per_round = chunk_ / esize;
-  // Where every output lies in its rank's heap (a new array horo made: Transport::output_allocator),
+  // Where every output lies in its rank's heap (a new array horo made: ShmCapabilities::output_allocator),
   // each rank writes its reduced slice straight into its peers' outputs, and nobody copies
   // slices out of the slots. The first round's step says where the outputs are (for a size
   // that reads its peers' inputs directly, a step of its own, which also says where they are).
