@@ -106,3 +106,5 @@ __all__ = [
     "barrier", "join", "poll", "synchronize", "broadcast_object", "allgather_object",
     "broadcast_parameters", "broadcast_optimizer_state", "Compression", "DistributedOptimizer", "SyncBatchNorm",
 ]
+
+import horo.torch.distributed  # noqa: E402,F401 - registers the "horo" torch.distributed backend; needs the names above
