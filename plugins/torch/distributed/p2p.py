@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-import horo
+
 import horo.torch as hvd
 from horo.torch.distributed.work import HoroWork
 
@@ -72,7 +72,7 @@ def batch(pg, p2p_ops):
         staged = _staged(tensor, sending)
         if not sending:
             receives.append((tensor, staged))
-        horo_ops.append(horo.P2POp("send" if sending else "recv", staged, peer, op.tag))
+        horo_ops.append(hvd.P2POp("send" if sending else "recv", staged, peer, op.tag))
     handle = p.batch_isend_irecv(horo_ops, process_set=pg.process_set)
 
     def finish(_values):
