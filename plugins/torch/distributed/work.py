@@ -91,8 +91,10 @@ class HoroWork(dist._Work):
     def get_future(self):
         if self._future is None:
             self._future = torch.futures.Future()
-            if self._done:
-                self._complete()  # sets the future from the stored outcome
+            if self._done or _completer.is_current():
+                # On the completer itself (a future's callback, e.g. PowerSGD's, starting the next allreduce
+                # and waiting for it), finish here: queued behind the callback it would never be reached.
+                self._complete()
             else:
                 _completer.submit(self)
         return self._future
@@ -117,6 +119,9 @@ class _Completer:
                     self._thread = threading.Thread(target=self._run, name="horo-c10d-completer", daemon=True)
                     self._thread.start()
         self._queue.put(work)
+
+    def is_current(self):
+        return self._thread is not None and threading.current_thread() is self._thread
 
     def _run(self):
         while True:
