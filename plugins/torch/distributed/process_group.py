@@ -117,13 +117,20 @@ class ProcessGroupHoro(dist.ProcessGroup):
 
     def _allreduce(self, tensors, opts, what):
         def start(name):
-            with self._refusing("allreduce", [f"{name}.{i}" for i in range(len(tensors))]):
+            try:
                 red = reduction(opts.reduceOp, tensors, what)
+            except Exception as e:
+                self._refusing("allreduce", [f"{name}.{i}" for i in range(len(tensors))]).announce(e)
+                raise
             if red.fold is not None:
                 return self._folded_allreduce(tensors, red, name)
             staged = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-            handle = hvd.grouped_allreduce_async_(staged, name=name, op=red.op, prescale_factor=red.prescale,
-                                                  process_set=self.process_set)
+            if len(staged) == 1:  # DDP's buckets and most calls: the single-tensor path, no group bookkeeping
+                handle = hvd.allreduce_async_(staged[0], name=f"{name}.0", op=red.op, prescale_factor=red.prescale,
+                                              process_set=self.process_set)
+            else:
+                handle = hvd.grouped_allreduce_async_(staged, name=name, op=red.op, prescale_factor=red.prescale,
+                                                      process_set=self.process_set)
 
             def finish(_values):
                 for t, s in zip(tensors, staged):

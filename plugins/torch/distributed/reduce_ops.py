@@ -26,9 +26,15 @@ class Reduction:
         self.kind, self.op, self.prescale, self.fold = kind, op, prescale, fold
 
 
+_PLAIN = {kind: Reduction(kind, op=op) for kind, op in _HORO.items() if kind != _RED.PREMUL_SUM}
+
+
 def reduction(reduce_op, tensors, collective):
     """The Reduction for `reduce_op` applied to `tensors` in `collective`; raises naming what is unsupported."""
     kind = getattr(reduce_op, "op", reduce_op)
+    plain = _PLAIN.get(kind)
+    if plain is not None and not any(t.dtype == torch.bool for t in tensors):  # every call's path: one lookup
+        return plain
     if kind in _BITWISE:
         bad = [t.dtype for t in tensors if t.dtype not in _INTEGER]
         if bad:
