@@ -154,6 +154,18 @@ def test_all_reduce_in_coalescing_manager(n, me):
         close(t, ref([data(r, (4,), torch.float64, seed=20 + i) for r in range(n)], R.SUM), torch.float64)
 
 
+def test_coalescing_manager_with_a_device_waits_for_every_operation(n, me):
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    ts = [data(me, (1 << 16,), torch.float32, seed=25 + i) for i in range(3)]
+    with _coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    for i, t in enumerate(ts):
+        close(t, ref([data(r, (1 << 16,), torch.float32, seed=25 + i) for r in range(n)], R.SUM), torch.float32)
+
+
 def test_future_then_chains(n, me):
     t = torch.ones(3) * (me + 1)
     fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
@@ -548,3 +560,21 @@ def test_unsupported_op_names_itself(comm):
                                                                   op=R.BAND),
                                must_contain=["reduce_scatter_tensor", "BAND"], what="reduce_scatter with BAND")
     dist.barrier()
+
+
+# --- CUDA -------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch (a CPU build, or no GPU)")
+def test_cuda_tensors_through_horos_gpu_path(n, me):
+    device = torch.device("cuda", me % torch.cuda.device_count())
+    t = data(me, (1000,), torch.float32, seed=110).to(device)
+    dist.all_reduce(t)
+    close(t.cpu(), ref([data(r, (1000,), torch.float32, seed=110) for r in range(n)], R.SUM), torch.float32)
+    b = torch.full((8,), float(me), device=device)
+    dist.broadcast(b, src=0)
+    assert b.cpu().tolist() == [0.0] * 8
+    y = torch.empty(8, device=device)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, b + me, (me + 1) % n),
+                                    dist.P2POp(dist.irecv, y, (me - 1) % n)])  # staged through the host
+    works[0].wait()
+    assert y.cpu().tolist() == [float((me - 1) % n)] * 8

@@ -52,6 +52,7 @@ class ProcessGroupHoro(dist.ProcessGroup):
         self._group_desc = ""
         self._seq = itertools.count()
         self._barriers = itertools.count()
+        self._coalesced = None  # between _start_coalescing and _end_coalescing: the Works issued
 
     # --- identity, as torch asks for it ----------------------------------------------------------
 
@@ -92,9 +93,13 @@ class ProcessGroupHoro(dist.ProcessGroup):
         (opts.asyncOp False) runs as a blocking horo call: the core runs it on this thread."""
         name = self._name(what)
         if opts is not None and not getattr(opts, "asyncOp", True):
-            return _run_now(what, name, start)
-        handles, finish, outputs = start(name)
-        return HoroWork(handles, finish, outputs, what)
+            work = _run_now(what, name, start)
+        else:
+            handles, finish, outputs = start(name)
+            work = HoroWork(handles, finish, outputs, what)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
 
     def _global(self, group_rank, what):
         if not 0 <= group_rank < len(self.global_ranks):
@@ -502,11 +507,12 @@ class ProcessGroupHoro(dist.ProcessGroup):
     # --- coalescing (torch's _coalescing_manager asks every backend) ------------------------------------------------
 
     def _start_coalescing(self, device):
-        pass
+        self._coalesced = []
 
     def _end_coalescing(self, device):
-        # The manager's own fast path (allreduce_coalesced, ...) has already issued the operations.
-        return None
+        # torch keeps only this Work (it replaces the fast path's): it must cover every operation issued since.
+        works, self._coalesced = self._coalesced or [], None
+        return HoroWork(finish=lambda _values: [w.wait() for w in works] and [], what="coalesced")
 
 
 @blocking
