@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 import horo.torch as hvd
+from horo.enqueue import enqueue as enqueue_array
 from horo.enqueue import refusing
 from horo.handles import blocking
 from horo.process_sets import global_process_set
@@ -33,6 +34,13 @@ BACKEND_NAME = "horo"
 # (horo refuses that with an error naming it); a step's worth of collectives is far fewer.
 NAME_WINDOW = 512
 _TOKEN = torch.zeros(0, dtype=torch.uint8)
+# dtypes whose CPU tensors NumPy views without a copy (not bfloat16, not bool: those take the general path).
+_NUMPY_VIEWABLE = frozenset((torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16,
+                             torch.int8, torch.uint8))
+
+
+def _nothing(_result):
+    return None
 
 
 def _rows_of(tensor):
@@ -114,7 +122,25 @@ class ProcessGroupHoro(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
+        if not opts.asyncOp and len(tensors) == 1:
+            work = self._allreduce_now(tensors[0], opts)
+            if work is not None:
+                return work
         return self._allreduce(list(tensors), opts, "allreduce")
+
+    def _allreduce_now(self, tensor, opts):
+        """dist.all_reduce(t) of a plain CPU tensor: ONE call into the core, on this thread (horo's
+        blocking NumPy path over a view of the tensor). None where the general path is needed."""
+        if not (tensor.is_cpu and tensor.is_contiguous() and tensor.dtype in _NUMPY_VIEWABLE):
+            return None
+        red = reduction(opts.reduceOp, (tensor,), "allreduce")
+        if red.fold is not None:
+            return None
+        name = self._name("allreduce")
+        array = tensor.detach().numpy()
+        enqueue_array("allreduce", f"{name}.0", array, array, _nothing, red.op, red.prescale, 1.0,
+                      process_set=self.process_set, waits=True)
+        return HoroWork.finished([tensor], "allreduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
