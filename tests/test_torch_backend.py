@@ -97,7 +97,7 @@ def test_torch_ddp_example_same_losses_over_horo_and_gloo():
     pytest.importorskip("sklearn")
     losses = {}
     for backend in ("horo", "gloo"):
-        out = _run_example(2, ["torch_ddp.py", "--epochs", "2", "--backend", backend])
+        out = _run_example(2, ["torch_ddp.py", "--epochs", "2", "--batch-size", "64", "--backend", backend])
         losses[backend] = re.findall(r"epoch (\d)/2\s+train loss ([\d.]+)\s+test accuracy ([\d.]+)%", out)
         assert [e[0] for e in losses[backend]] == ["1", "2"], out
     assert losses["horo"] == losses["gloo"]
@@ -106,6 +106,6 @@ def test_torch_ddp_example_same_losses_over_horo_and_gloo():
 @pytest.mark.timeout(200)
 def test_torch_pipeline_example_trains_with_1f1b():
     pytest.importorskip("sklearn")
-    out = _run_example(2, ["torch_pipeline.py", "--epochs", "3", "--schedule", "1f1b"])
+    out = _run_example(2, ["torch_pipeline.py", "--epochs", "3", "--schedule", "1f1b", "--width", "64"])
     losses = [float(v) for v in re.findall(r"epoch \d/3\s+loss ([\d.]+)", out)]
     assert len(losses) == 3 and losses[-1] < losses[0] < 2.4, out

@@ -41,6 +41,10 @@ def install():
     def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store, group_name,
                                   *args, **kwargs):
         ranks = list(global_ranks_in_group)
+        if ranks and _is_horo(backend):
+            from horo.torch.distributed.launch import ensure_horo
+
+            ensure_horo()  # a horo group beside a default group of another backend: horo may not be up yet
         if ranks and _is_horo(backend) and ranks != list(range(horo.size())):
             caller = sys._getframe(1).f_locals
             if caller.get("use_local_synchronization"):

@@ -54,6 +54,7 @@ class ProcessGroupHoro(dist.ProcessGroup):
         super().__init__(rank, size)
         self._store = store
         self.global_ranks = list(global_ranks)
+        self._rank = self.global_ranks.index(hvd.rank())
         self.process_set = process_set
         self.timeout = timeout or datetime.timedelta(minutes=30)
         self._group_name = group_name
@@ -68,7 +69,7 @@ class ProcessGroupHoro(dist.ProcessGroup):
         return BACKEND_NAME
 
     def getRank(self):
-        return self.global_ranks.index(hvd.rank())
+        return self._rank
 
     def getSize(self):
         return len(self.global_ranks)
