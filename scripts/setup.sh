@@ -119,7 +119,7 @@ _horo_setup_main() {
   deps_hash="$({ echo "$mode $sys_mpicc"; "$vpy" -VV; printf '%s\n' "${base_deps[@]}"; echo v1; } | sha256sum | cut -c1-32)"
   local prev_mode=""; [ -f "$stamp_dir/mpi-mode" ] && prev_mode="$(cat "$stamp_dir/mpi-mode")"
   if [ "$(cat "$stamp_dir/deps" 2>/dev/null)" = "$deps_hash" ] &&
-     "$vpy" -c 'import numpy, pybind11, pytest, pytest_timeout, ml_dtypes, rich, matplotlib, tqdm, mpi4py, setuptools, torch, sklearn, tensorflow, lightning' >/dev/null 2>&1; then
+     "$vpy" -c 'import numpy, pybind11, pytest, pytest_timeout, ml_dtypes, rich, matplotlib, tqdm, mpi4py, setuptools, torch, sklearn, tensorflow' >/dev/null 2>&1; then
     say "Python dependencies up to date"
   else
     rm -f "$stamp_dir/deps" "$stamp_dir/build"
