@@ -12,7 +12,7 @@ Target (issue #52): the measured bubble within 10% (relative) of (p - 1) / (m + 
 """
 import os
 import sys
-import time
+
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402

@@ -6,7 +6,6 @@ fully_shard (on CPU) against their unsharded equivalents.
 
 Runs inside each MPI rank (see conftest.py in this folder); np = 2 and 4.
 """
-import copy
 
 import pytest
 import torch
