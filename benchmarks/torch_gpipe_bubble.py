@@ -9,6 +9,8 @@ micro-batches' forward and backward through one stage, timed on its own on every
 (the stages run in parallel, so a perfect pipeline would take that long). A step is a
 ScheduleGPipe.step() on a batch of m micro-batches of --rows rows; medians over the reps.
 Target (issue #52): the measured bubble within 10% (relative) of (p - 1) / (m + p - 1).
+Needs a free core per stage: `ideal` times every stage computing at once, which on fewer cores
+than stages (or a loaded machine) is slower than the staggered pipeline and the figure is void.
 """
 import os
 import sys
