@@ -1,4 +1,4 @@
-"""Data-parallel training throughput: horo.torch.DistributedOptimizer vs torch DDP (gloo), one run.
+"""Data-parallel training throughput: horo.torch.DistributedOptimizer vs torch DDP (gloo) vs DDP over horo, one run.
 
     mpirun -np 2 --bind-to none python benchmarks/pytorch_ddp_throughput.py [--quick] [--json out.json]
 
@@ -8,6 +8,8 @@ synthetic batch of --batch-size samples per rank (default 32), one torch thread 
 Variants, each with its own copy of the same initial model, timed rep by rep in rotating order:
   horo       hvd.DistributedOptimizer(SGD) (gradients allreduced from autograd hooks, overlapping backward)
   ddp        torch.nn.parallel.DistributedDataParallel over a gloo process group (defaults: 25 MB buckets)
+  ddp-horo   the same DDP over the "horo" torch.distributed backend (a horo group beside the gloo one):
+             torch's own DDP, horo's transports (issue #52 targets: >= 1.25x ddp, within 5% of horo)
   no-comm    the same loop with no communication at all: the bound both aim for
   1 proc x N threads  (--single, on by default at np=2) rank 0 alone, N = np torch threads, on the
              global batch (np x batch-size) while the other ranks sleep: what the machine does without
@@ -101,7 +103,8 @@ def main():
     p.add_argument("--single", dest="single", action="store_true", default=None,
                    help="also time one process with np threads on the global batch (default: on at np=2)")
     p.add_argument("--no-single", dest="single", action="store_false")
-    p.add_argument("--variants", default="horo,ddp,no-comm", help="comma-separated subset of horo,ddp,no-comm")
+    p.add_argument("--variants", default="horo,ddp,ddp-horo,no-comm",
+                   help="comma-separated subset of horo,ddp,ddp-horo,no-comm")
     p.add_argument("--horo-tunables", action="append", default=[], metavar="ENV=V[,ENV=V]",
                    help="an extra horo variant run under these tunables (repeatable), e.g. HORO_FUSION_THRESHOLD=0; "
                         "horo is re-initialised with them before each of its blocks (untimed, plus one untimed step)")
@@ -173,6 +176,11 @@ def main():
         m = make_mlp(torch, seed=0)
         ddp = torch.nn.parallel.DistributedDataParallel(m, bucket_cap_mb=args.ddp_bucket_mb)
         models["ddp"], steps["ddp"] = m, stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=args.lr * size))
+    if "ddp-horo" in wanted:
+        m = make_mlp(torch, seed=0)
+        horo_group = dist.new_group(backend="horo")  # the "horo" backend, registered by import horo.torch
+        ddp = torch.nn.parallel.DistributedDataParallel(m, bucket_cap_mb=args.ddp_bucket_mb, process_group=horo_group)
+        models["ddp-horo"], steps["ddp-horo"] = m, stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=args.lr * size))
     if "no-comm" in wanted:
         m = make_mlp(torch, seed=0)
         models["no-comm"], steps["no-comm"] = m, stepper(m, torch.optim.SGD(m.parameters(), lr=args.lr * size))
@@ -205,7 +213,7 @@ def main():
 
     # ---- correctness: synchronous data parallelism keeps every rank's weights identical
     problems, checks = [], {}
-    for name in [*horo_settings, "ddp"]:
+    for name in [*horo_settings, "ddp", "ddp-horo"]:
         if name in models:
             same, gap = identical_on_every_rank(comm, flat_params(torch, models[name]))
             checks[name] = gap
@@ -236,6 +244,14 @@ def main():
         ratio = results["horo"]["vs_ddp"]
         verdict = ratio >= 1.25
         notes.append(f"target horo >= 1.25x DDP at np=2: {ratio:.2f}x -> {C.verdict(verdict)}")
+    if "ddp-horo" in samples and "ddp" in samples:
+        ratio = results["ddp-horo"]["vs_ddp"]
+        notes.append(f"issue #52 target DDP over horo >= 1.25x DDP over gloo: {ratio:.2f}x -> {C.verdict(ratio >= 1.25)}")
+        if "horo" in samples:
+            vs_horo = C.paired_ratio(samples["horo"], samples["ddp-horo"])
+            results["ddp-horo"]["vs_horo"] = vs_horo
+            notes.append(f"issue #52 target DDP over horo within 5% of horo's DistributedOptimizer: {vs_horo:.2f}x "
+                         f"-> {C.verdict(vs_horo >= 0.95)}")
     notes.append("weights identical across ranks: " + ", ".join(
         f"{k} {'yes' if g == 0 else f'no (max gap {g:.3g})'}" for k, g in checks.items()))
     if ctx.console:

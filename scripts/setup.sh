@@ -113,7 +113,7 @@ _horo_setup_main() {
   # ---- 3. Python dependencies (skipped when the stamp says they are in place) -----------------------
   # torch is pinned: 2.13.0 is the CPU build (a looser pin can pull a multi-GB CUDA build).
   local base_deps=("setuptools>=64" "wheel" "numpy" "pybind11>=2.12" "pytest" "pytest-timeout" "ml_dtypes" "rich" "matplotlib" "tqdm"
-                   "torch==2.13.0" "tensorflow-cpu>=2.16" "scikit-learn")
+                   "torch==2.13.0" "tensorflow-cpu>=2.16" "scikit-learn" "lightning")
   local stamp_dir="$venv/.horo"
   mkdir -p "$stamp_dir"
   deps_hash="$({ echo "$mode $sys_mpicc"; "$vpy" -VV; printf '%s\n' "${base_deps[@]}"; echo v1; } | sha256sum | cut -c1-32)"

@@ -108,3 +108,5 @@ __all__ = [
     "broadcast_parameters", "broadcast_optimizer_state", "Compression", "DistributedOptimizer", "SyncBatchNorm",
     "send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp",
 ]
+
+import horo.torch.distributed  # noqa: E402,F401 - registers the "horo" torch.distributed backend; needs the names above
