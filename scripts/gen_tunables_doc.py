@@ -41,22 +41,24 @@ def render(tunables):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
+    parser.add_argument("--table", type=Path, default=TABLE, help=f"the table's file (default: {TABLE})")
     args = parser.parse_args(argv)
+    table = args.table
     import horo  # the core's table, as the installed build has it
 
     tunables = horo.tunables()
     want = render(tunables)
     if args.check:
-        have = TABLE.read_text() if TABLE.exists() else ""
+        have = table.read_text() if table.exists() else ""
         if have != want:
             sys.stdout.writelines(difflib.unified_diff(
-                have.splitlines(True), want.splitlines(True), str(TABLE), "horo.tunables()"))
-            print(f"\n{TABLE} is out of date: run python scripts/gen_tunables_doc.py", file=sys.stderr)
+                have.splitlines(True), want.splitlines(True), str(table), "horo.tunables()"))
+            print(f"\n{table} is out of date: run python scripts/gen_tunables_doc.py", file=sys.stderr)
             return 1
         return 0
-    TABLE.parent.mkdir(parents=True, exist_ok=True)
-    TABLE.write_text(want)
-    print(f"wrote {TABLE} ({len(tunables)} tunables)")
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(want)
+    print(f"wrote {table} ({len(tunables)} tunables)")
     return 0
 
 

@@ -24,6 +24,7 @@ VARIANTS = {
 }
 MATRIX = [(1, "default"), (2, "default"), (3, "default"), (4, "default")] + [
     (2, "ring"),
+    (2, "mpi"),  # the MPI transport at np=2: the fast tier's (tests/conftest.py FAST)
     (3, "ring"),
     (3, "mpi"),
     (3, "fusion_off"),
