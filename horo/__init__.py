@@ -15,6 +15,7 @@ from horo.barrier import barrier
 from horo.broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
 from horo.join import join
 from horo.objects import allgather_object, broadcast_object
+from horo.point_to_point import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horo.rooted import gather, gather_async, reduce, reduce_async, scatter, scatter_async
 from horo.reducescatter import (
@@ -77,6 +78,7 @@ __all__ = [
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_reducescatter", "grouped_reducescatter_async", "barrier",
     "broadcast_object", "allgather_object",
+    "send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp",
     "gather", "gather_async", "scatter", "scatter_async", "reduce", "reduce_async",
     "ProcessSet", "add_process_set", "remove_process_set", "global_process_set",
     "join", "poll", "synchronize", "gpu_available", "gpu_info", "nccl_version", "start_timeline", "stop_timeline",

@@ -1,4 +1,5 @@
-"""A rank dies (SIGKILL) during a fused allreduce, during a broadcast, or while idle, at
+"""A rank dies (SIGKILL) during a fused allreduce, during a broadcast, in a ring of
+point-to-point transfers, or while idle, at
 np=3: the job ends promptly, mpirun and horo-run exit non-zero naming rank 1, no process of
 the job is left, and nothing of horo's is left in /dev/shm (also with HORO_TRANSPORT=shm
 once the core has the shared-memory transport)."""
@@ -23,6 +24,7 @@ def core_transports():
 @pytest.mark.parametrize("transport", TRANSPORTS, ids=["default", "shm"])
 @pytest.mark.parametrize("launcher,scenario", [
     ("mpirun", "fused"), ("mpirun", "broadcast"), ("mpirun", "idle"), ("horo-run", "fused"),
+    ("mpirun", "point_to_point"),
 ])
 def test_killed_rank_ends_the_job_naming_it(launcher, scenario, transport, core_transports):
     if transport and not core_transports[transport]:

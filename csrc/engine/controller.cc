@@ -106,7 +106,7 @@ std::string format_scale(double v) {
 }  // namespace
 
 Controller::Controller(Transport& transport, const Tunables& tunables, std::vector<int> members)
-    : transport_(transport), tunables_(tunables), members_(std::move(members)), cache_(tunables.cache_capacity),
+    : transport_(transport), shm_(transport.shm()), tunables_(tunables), members_(std::move(members)), cache_(tunables.cache_capacity),
       last_stall_check_(Clock::now()) {}
 
 const Controller::Cycle& Controller::run_cycle(const std::vector<Request>& new_requests, bool shutdown_requested,
@@ -126,7 +126,7 @@ const Controller::Cycle& Controller::run_cycle(const std::vector<Request>& new_r
   const size_t nwords = (bits + 63) / 64;
   const size_t ready_at = 1, valid_at = 1 + nwords, preloaded_at = 1 + 2 * nwords, located_at = 1 + 3 * nwords;
   // The "preloaded" and "located" bits only where the transport carries data (a capacity every rank shares).
-  const bool preloads = transport_.preload_capacity() > 0;
+  const bool preloads = shm_ && shm_->preload_capacity() > 0;
   std::vector<uint64_t>& words = words_;
   words.assign(1 + (preloads ? 4 : 2) * nwords, 0);
   std::fill(words.begin() + valid_at, words.begin() + preloaded_at, ~uint64_t(0));
@@ -274,23 +274,23 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
   if (first && !joined_) {
     // Callers name roots by global rank.
     const auto root = std::find(members_.begin(), members_.end(), first->request.root);
-    const bool pairs_in_pieces = transport_.size() == 2 && transport_.preloads_in_pieces();
+    const bool pairs_in_pieces = transport_.size() == 2 && shm_->preloads_in_pieces();
     bytes = preload_bytes(first->request, transport_.rank(), static_cast<int>(root - members_.begin()), pairs_in_pieces,
                           tunables_);
     const CollectiveType type = first->request.type;
     rooted = type == CollectiveType::kBroadcast || type == CollectiveType::kScatter;
     // The root alone decides (the others preload nothing): its "no" is everyone's in the control step's AND.
-    const bool direct = rooted && bytes > 0 && transport_.moves_rooted_directly(type, static_cast<size_t>(bytes));
-    if (bytes >= 0 && static_cast<size_t>(bytes) <= transport_.preload_capacity() && !direct) {
+    const bool direct = rooted && bytes > 0 && shm_->moves_rooted_directly(type, static_cast<size_t>(bytes));
+    if (bytes >= 0 && static_cast<size_t>(bytes) <= shm_->preload_capacity() && !direct) {
       input = input_of(first->request);
     }
   }
   if (!input) {
-    transport_.preload(nullptr, 0, false);  // the cycle counts all the same
+    shm_->preload(nullptr, 0, false);  // the cycle counts all the same
     *located = first && !joined_ && bytes < 0 && preload_output(first->request, cache_.get(first->cache_bit));
     return *located ? first->cache_bit : -1;
   }
-  transport_.preload(input, static_cast<size_t>(bytes), rooted);
+  shm_->preload(input, static_cast<size_t>(bytes), rooted);
   return first->cache_bit;
 }
 
@@ -310,7 +310,7 @@ bool Controller::preload_output(const Request& q, const Response& agreed) {
     recv_at_[r] = total;
     total += rows_received(agreed.per_rank, alltoall, n, transport_.rank(), r) * row_bytes;
   }
-  return transport_.preload_output(total, recv_at_);
+  return shm_->preload_output(total, recv_at_);
 }
 
 std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered) {

@@ -86,6 +86,7 @@ class Controller {
   bool stall_shutdown_due() const;
 
   Transport& transport_;
+  ShmCapabilities* shm_;  // the transport's, or nullptr: then nothing is preloaded
   const Tunables& tunables_;
   const std::vector<int> members_;
   ResponseCache cache_;

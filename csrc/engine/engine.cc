@@ -20,6 +20,8 @@ constexpr std::chrono::microseconds kIdleWakeup{1000000};
 // itself (Engine::help) before running it: far below any step's compute.
 constexpr std::chrono::microseconds kCallerGrace{100};
 constexpr std::chrono::microseconds kHelperLockWait{1000};
+// How often the loop tests point-to-point transfers in flight that nobody waits for.
+constexpr std::chrono::microseconds kPointToPointPoll{1000};
 bool refused_here(const Response& error, int set_rank) {
   return std::find(error.per_rank.begin(), error.per_rank.end(), set_rank) != error.per_rank.end();
 }
@@ -42,12 +44,15 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   for (int r = 0; r < transport->size(); ++r) everyone[r] = r;
   add_set(0, std::move(transport), std::move(everyone));
   Transport* global = sets_.at(0).transport.get();
-  shared_output_ = global->output_allocator();
-  queue_.set_on_work([global] { global->wake_local(); });
+  ShmCapabilities* shm = global->shm();
+  if (shm) {
+    shared_output_ = shm->output_allocator();
+    queue_.set_on_work([shm] { shm->wake_local(); });
+  }
   // Where the global set watches its peers, or this rank has none (a job of one),
   // the background thread needs no polling period, and a waiting caller may run
   // its own cycle.
-  callers_may_run_ = global->watches_peers() || global->size() == 1;
+  callers_may_run_ = (shm && shm->watches_peers()) || global->size() == 1;
   thread_ = std::thread([this] { loop(); });
   pthread_setname_np(thread_.native_handle(), "horo-engine");  // in top -H, gdb and /proc/*/task/*/comm
 }
@@ -58,6 +63,12 @@ void Engine::add_set(int id, std::unique_ptr<Transport> transport, std::vector<i
   set.transport = std::move(transport);
   set.controller = std::make_unique<Controller>(*set.transport, tunables_, set.members);
   set.executor = std::make_unique<Executor>(*set.transport, tunables_, timeline_);
+  p2p_.add_set(id, set.transport.get(), set.members);
+}
+
+int Engine::point_to_point(int set_id, const std::vector<PointToPoint::Op>& ops, const std::string& name) {
+  if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
+  return p2p_.start(set_id, ops, name);
 }
 
 Engine::~Engine() { shutdown(); }
@@ -148,6 +159,7 @@ void Engine::loop() {
   auto backoff = microseconds(0);  // grows while pending tensors make no progress
   // Set 0 lives until the loop ends; its transport is safe to wait on without the lock.
   Transport* global = sets_.at(0).transport.get();
+  ShmCapabilities* shm = global->shm();
   // Alone (a job of one rank), nothing comes from peers: the idle loop needs no polling period.
   const auto idle_wait = global->size() == 1 ? kIdleWakeup : cycle_time;
   try {
@@ -163,10 +175,14 @@ void Engine::loop() {
       // loop sleeps until this rank or a peer has work: no polling period when
       // idle, and a peer that starts a cycle ends a backoff at once.
       auto local_work = [this] { return queue_.has_work() || shutdown_requested_; };
-      const auto timeout = !pending ? kIdleWakeup : backoff;
+      // Transfers nobody waits for (a future's, a receive's answer) still progress.
+      const bool p2p_alone = p2p_.in_flight() && !p2p_.driven();
+      if (p2p_alone) p2p_.progress(-1, true);
+      const auto poll_cap = p2p_alone ? kPointToPointPoll : kIdleWakeup;
+      const auto timeout = std::min(poll_cap, !pending ? kIdleWakeup : backoff);
       if (shutdown_requested_ || (pending && backoff.count() == 0)) {
         if (!pending) queue_.wait_for_work(microseconds(0));
-      } else if (global->wait_for_peers(local_work, timeout, !callers_may_run_)) {
+      } else if (shm && shm->wait_for_peers(local_work, timeout, !callers_may_run_)) {
         queue_.clear_woken();
         // A caller about to wait for its tensor, or for the tensor a peer's
         // cycle is about, runs that cycle itself (help()), with its tensor in
@@ -176,7 +192,7 @@ void Engine::loop() {
         if (callers_may_run_ && !shutdown_requested_ && !callback_work) std::this_thread::sleep_for(kCallerGrace);
       } else {
         // Where callers run their cycles, a spin here would only take their tensors from them.
-        queue_.wait_for_work(pending ? backoff : idle_wait, !callers_may_run_);
+        queue_.wait_for_work(std::min<microseconds>(poll_cap, pending ? backoff : idle_wait), !callers_may_run_);
       }
       bool progressed;
       {
@@ -184,8 +200,8 @@ void Engine::loop() {
         if (helper_failure_) std::rethrow_exception(helper_failure_);
         if (stop_) break;
         // A caller waiting for its tensor may have run the cycle this wake-up was for.
-        if (global->watches_peers() && !shutdown_requested_ && !queue_.has_work() && !any_pending() &&
-            !global->peers_ahead()) {
+        if (shm && shm->watches_peers() && !shutdown_requested_ && !queue_.has_work() && !any_pending() &&
+            !shm->peers_ahead()) {
           continue;
         }
         progressed = run_pass();
@@ -265,7 +281,7 @@ void Engine::help(int handle) {
   // CUDA tensor that turns them off is pushed with a wake, which takes every
   // request). Otherwise whoever returns without running the cycle hands it to the
   // background thread, which a blocking caller's enqueue did not wake.
-  if (!callers_may_run_) return;
+  if (!callers_may_run_ || (p2p_.in_flight() && p2p_.owns(handle))) return;  // point-to-point needs no cycle
   if (shutdown_requested_) return queue_.wake();
   // The background thread may be in a cycle (one a peer began, before this caller
   // came): wait for it a little rather than hand over, since it ends within microseconds
@@ -274,10 +290,10 @@ void Engine::help(int handle) {
   std::unique_lock<std::timed_mutex> lock(cycle_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) lock.try_lock_for(kHelperLockWait);
   if (!lock.owns_lock() || stop_ || helper_failure_ || handles_.poll(handle, true)) return queue_.wake();
-  Transport& global = *sets_.at(0).transport;
+  ShmCapabilities* shm = sets_.at(0).transport->shm();
   auto done = [&] { return handles_.poll(handle, true) || stop_ || shutdown_requested_; };
-  auto news = [&] { return done() || queue_.has_work() || global.peers_ahead(); };
-  global.set_caller_cycles(true);
+  auto news = [&] { return done() || queue_.has_work() || (shm && shm->peers_ahead()); };
+  if (shm) shm->set_caller_cycles(true);
   try {
     // Our tensor is new: start a cycle now. Then join the cycles peers start
     // (their callers' tensors) until ours has run or they go quiet.
@@ -289,7 +305,7 @@ void Engine::help(int handle) {
     // The background thread ends the engine the way it would have had it run this cycle.
     helper_failure_ = std::current_exception();
   }
-  global.set_caller_cycles(false);
+  if (shm) shm->set_caller_cycles(false);
   // A peer that has begun its next cycle is not a reason to wake the background
   // thread (that wake-up took the core this rank's caller runs on): the cycle
   // cannot finish before this rank's next tensor, which this caller brings or
@@ -309,6 +325,7 @@ void Engine::fail(std::vector<TensorEntry> entries, const std::string& why) {
 void Engine::fail_everything(const std::string& why) {
   stopped_ = true;
   fail(queue_.take_all(), why);
+  p2p_.fail_all(why);
 }
 
 std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
@@ -323,6 +340,7 @@ std::shared_ptr<AllocatedOutput> Engine::change_sets(const Request& agreed) {
   } else {
     const int id = agreed.root;
     fail(queue_.take_all_of(id), "process set " + std::to_string(id) + " was removed while this tensor was pending");
+    p2p_.remove_set(id, "process set " + std::to_string(id) + " was removed while this transfer was pending");
     sets_.erase(id);  // members free its communicator together
     out->value = id;
   }

@@ -21,6 +21,7 @@
 #include "engine/executor.h"
 #include "engine/controller.h"
 #include "engine/handle_table.h"
+#include "engine/point_to_point.h"
 #include "engine/tensor_queue.h"
 #include "engine/timeline.h"
 #include "gpu/gpu_executor.h"
@@ -47,10 +48,20 @@ class Engine {
   void reject(Request request, const std::string& why);
   // The same for a tensor known only by its collective, name and process set (the bindings and the C API).
   void reject(CollectiveType type, std::string name, int process_set, const std::string& why);
-  bool poll(int handle, bool forgotten_is_done = false) { return handles_.poll(handle, forgotten_is_done); }
+  // Users' point-to-point (PointToPoint::start): posted now, on this thread, in process set
+  // `set_id`; the handle is waited for and polled like a collective's.
+  int point_to_point(int set_id, const std::vector<PointToPoint::Op>& ops, const std::string& name);
+  bool poll(int handle, bool forgotten_is_done = false) {
+    p2p_.progress();
+    return handles_.poll(handle, forgotten_is_done);
+  }
   // Waits up to `timeout` for the handle; true (and `result` set) once it completed.
   // Synchronizing frees the tensor's name for reuse.
   bool wait_for(int handle, std::chrono::milliseconds timeout, HandleTable::Result* result) {
+    if (p2p_.in_flight() && p2p_.owns(handle)) {
+      p2p_.drive(handle, timeout);  // nobody else may be testing its transfers
+      return handles_.wait_for(handle, std::chrono::milliseconds(0), result);
+    }
     if (!handles_.wait_for(handle, timeout, result)) return false;
     queue_.release(handle);
     return true;
@@ -66,7 +77,7 @@ class Engine {
   void shutdown();
   bool stopped() const { return stopped_; }
   // Memory for a caller's new output array that the global set's peers can write into
-  // (Transport::output_allocator); null where there is none. Any thread, even after shutdown.
+  // (ShmCapabilities::output_allocator); null where there is none. Any thread, even after shutdown.
   std::shared_ptr<char> shared_output(size_t bytes) const { return shared_output_(bytes); }
   // Rank 0 records (as Horovod's coordinator does); elsewhere these do nothing.
   void start_timeline(const std::string& path, bool mark_cycles);
@@ -97,6 +108,7 @@ class Engine {
   Timeline timeline_;  // outlives the executors that record into it
   TensorQueue queue_;
   HandleTable handles_;
+  PointToPoint p2p_{handles_};
   // Cycle state: touched only under cycle_mutex_ (by the background thread or a helping caller).
   std::timed_mutex cycle_mutex_;
   std::map<int, ProcessSet> sets_;
@@ -117,7 +129,7 @@ class Engine {
   std::atomic<bool> callers_may_run_{false};
   std::atomic<bool> callback_work_{false};  // a tensor with a completion callback came since the last wake-up
   int next_set_id_ = 1;
-  Transport::OutputAllocator shared_output_ = Transport::no_shared_outputs();  // the global set's, from construction
+  OutputAllocator shared_output_ = no_shared_outputs();  // the global set's, from construction
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::string stop_reason_;

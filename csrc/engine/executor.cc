@@ -18,7 +18,7 @@ double final_scale(const Request& spec, int size) {
 }  // namespace
 
 const char* Executor::native(const char* mpi_label, const char* shm_label) const {
-  return std::strcmp(transport_.name(), "SHM") == 0 ? shm_label : mpi_label;
+  return shm_ ? shm_label : mpi_label;
 }
 
 bool Executor::ring_for(const std::string& algo, size_t bytes) const {
@@ -60,14 +60,14 @@ void Executor::reduce(const void* input, void* output, size_t count, DataType dt
 void Executor::reduce_preloaded(void* output, size_t offset, size_t count, DataType dtype, ReduceOp op,
                                 double scale, const char* label) {
   const int64_t t = timeline_.activity_start();
-  const size_t esize = dtype_size(dtype), per_piece = Transport::kPreloadPieceBytes / esize;
-  // A piece at a time, as the peers' inputs come in (Transport::await_preloaded).
+  const size_t esize = dtype_size(dtype), per_piece = ShmCapabilities::kPreloadPieceBytes / esize;
+  // A piece at a time, as the peers' inputs come in (ShmCapabilities::await_preloaded).
   for (size_t done = 0; done < count; done += per_piece) {
     const size_t n = std::min(per_piece, count - done), at = (offset + done) * esize;
-    for (int p = 0; p < transport_.size(); ++p) transport_.await_preloaded(p, at + n * esize);
+    for (int p = 0; p < transport_.size(); ++p) shm_->await_preloaded(p, at + n * esize);
     char* out = static_cast<char*>(output) + done * esize;
-    reduce_to(dtype, op, out, transport_.preloaded(0) + at, transport_.preloaded(1) + at, n);
-    for (int p = 2; p < transport_.size(); ++p) reduce_into(dtype, op, out, transport_.preloaded(p) + at, n);
+    reduce_to(dtype, op, out, shm_->preloaded(0) + at, shm_->preloaded(1) + at, n);
+    for (int p = 2; p < transport_.size(); ++p) reduce_into(dtype, op, out, shm_->preloaded(p) + at, n);
     scale_buffer(dtype, out, n, scale);
   }
   timeline_.activity(label, t);
@@ -226,7 +226,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     const int64_t t = timeline_.activity_start();
     char* out = entries.front().allocated->bytes.data();
     for (int r = 0; r < n; ++r) {
-      transport_.read_preloaded(r, 0, out + layout.offset[r] * esize, layout.count[r] * esize);
+      shm_->read_preloaded(r, 0, out + layout.offset[r] * esize, layout.count[r] * esize);
     }
     return timeline_.activity("SHM_PRELOADED_ALLGATHERV", t);
   }
@@ -287,7 +287,7 @@ void Executor::broadcast(std::vector<TensorEntry>& entries, bool preloaded) {
     if (root && e.output != e.input) copy_bytes(e.output, e.input, bytes);
     const int64_t t = timeline_.activity_start();
     if (preloaded) {
-      if (!root) transport_.read_preloaded(spec.root, 0, e.output, bytes);
+      if (!root) shm_->read_preloaded(spec.root, 0, e.output, bytes);
       return timeline_.activity("SHM_PRELOADED_BCAST", t);
     }
     transport_.broadcast(e.output, bytes, spec.root);
@@ -346,7 +346,7 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     for (int r = 0; r < n; ++r) {
       size_t from = 0;
       for (int j = 0; j < me; ++j) from += static_cast<size_t>(agreed.per_rank[r * n + j]) * row_bytes;
-      transport_.read_preloaded(r, from, out->bytes.data() + at, recv_bytes[r]);
+      shm_->read_preloaded(r, from, out->bytes.data() + at, recv_bytes[r]);
       at += recv_bytes[r];
     }
     timeline_.activity("SHM_PRELOADED_ALLTOALLV", t);
@@ -381,7 +381,7 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
       if (r == root) {
         copy_bytes(output + at, e.input, bytes[r]);
       } else {
-        transport_.read_preloaded(r, 0, output + at, bytes[r]);
+        shm_->read_preloaded(r, 0, output + at, bytes[r]);
       }
     }
     return timeline_.activity("SHM_PRELOADED_GATHERV", t);
@@ -398,7 +398,7 @@ void Executor::scatter(TensorEntry& e, bool preloaded) {
   const int64_t t = timeline_.activity_start();
   if (preloaded) {  // this rank's rows, straight from the root's input
     const size_t at = rows_before_rank(e.request.shape[0], n, me) * row_bytes;
-    transport_.read_preloaded(e.request.root, at, e.output, rows[me] * row_bytes);
+    shm_->read_preloaded(e.request.root, at, e.output, rows[me] * row_bytes);
     return timeline_.activity("SHM_PRELOADED_SCATTERV", t);
   }
   std::vector<size_t> bytes;

@@ -20,7 +20,8 @@ class Executor {
  public:
   Executor(Transport& transport, const Tunables& tunables, Timeline& timeline)
       : transport_(transport), tunables_(tunables), timeline_(timeline), ring_(tunables.ring_chunk_bytes),
-        shared_output_(transport.output_allocator()),
+        shm_(transport.shm()),
+        shared_output_(shm_ ? shm_->output_allocator() : no_shared_outputs()),
         fusion_(shared_output_) {}
 
   // `group[i]` is the agreed response for `entries[i]`; all share one
@@ -48,7 +49,7 @@ class Executor {
   void reduce_to_root(TensorEntry& entry, bool preloaded);
   // A preloaded exchange's output (allgather, alltoall): the memory its control step located,
   // every rank's output having gone with it; null where every rank's input went instead.
-  std::shared_ptr<char> located_output(bool preloaded) { return preloaded ? transport_.take_preloaded_output() : nullptr; }
+  std::shared_ptr<char> located_output(bool preloaded) { return preloaded ? shm_->take_preloaded_output() : nullptr; }
   // Allreduce of one buffer, multiplied by `scale` afterwards (inside the ring when it runs).
   void reduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op, double scale = 1.0);
   // Elements [offset, offset + count) of every rank's preloaded input, reduced in rank
@@ -60,8 +61,9 @@ class Executor {
   const Tunables& tunables_;
   Timeline& timeline_;  // activities of the group being run (engine/timeline.h)
   Ring ring_;
-  // Memory for an output the peers may write into, or null (Transport::output_allocator).
-  Transport::OutputAllocator shared_output_;
+  ShmCapabilities* shm_;  // the transport's, or nullptr: then nothing is preloaded
+  // Memory for an output the peers may write into, or null (ShmCapabilities::output_allocator).
+  OutputAllocator shared_output_;
   FusionBuffer fusion_;
   // Per-rank scratch, kept from call to call so a small collective allocates nothing for it.
   std::vector<size_t> counts_, send_bytes_, recv_bytes_;

@@ -28,11 +28,11 @@ class FusionBuffer {
   // From `shared` where it hands out memory the host's peers can write into
   // (transport/shm_heap.h, nullptr where it has none): a fused allreduce or
   // allgather then writes each rank's part straight into its peers' buffers.
-  explicit FusionBuffer(Transport::OutputAllocator shared) : shared_(std::move(shared)) {}
+  explicit FusionBuffer(OutputAllocator shared) : shared_(std::move(shared)) {}
   char* reserve(size_t bytes);
 
  private:
-  Transport::OutputAllocator shared_;
+  OutputAllocator shared_;
   std::shared_ptr<char> data_;
   size_t capacity_ = 0;
 };

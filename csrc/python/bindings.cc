@@ -159,7 +159,7 @@ void init(int64_t fortran_comm) {
     // pytorch_ddp_throughput.py, whose tensors are tiny or huge, is unchanged (1.42-1.70x DDP
     // against 1.40-1.58x, three runs).
     // GPU tensors (unmeasured) and MPI keep 1 MiB.
-    tunables.fusion_max_host_tensor_bytes = std::string(world->name()) == "SHM" ? 65536 : 1048576;
+    tunables.fusion_max_host_tensor_bytes = world->shm() ? 65536 : 1048576;
     tunables.fusion_max_tensor_bytes = 1048576;
   }
   tunables.topology = std::to_string(g_info.size) + " ranks = " + std::to_string(g_info.cross_size) + " host(s) x " +
@@ -608,6 +608,42 @@ PYBIND11_MODULE(_core, m) {
         }
       },
       py::arg("codes"), "The NumPy dtypes run_plain() takes (dtype -> code), from horo/dtypes.py.");
+  m.def(
+      "point_to_point",
+      [](int process_set, const std::vector<std::tuple<bool, uintptr_t, size_t, int, int>>& transfers,
+         const std::string& name) {
+        require_init();
+        std::vector<PointToPoint::Op> ops;
+        ops.reserve(transfers.size());
+        for (const auto& [send, address, bytes, peer, tag] : transfers) {
+          ops.push_back(PointToPoint::Op{send, reinterpret_cast<void*>(address), bytes, peer, tag});
+        }
+        std::shared_ptr<Engine> engine = g_engine;
+        py::gil_scoped_release release;
+        return engine->point_to_point(process_set, ops, name);
+      },
+      py::arg("process_set"), py::arg("transfers"), py::arg("name"),
+      "Posts point-to-point transfers, each (send, address, bytes, peer's global rank, tag), together; "
+      "returns one handle for all. The buffers must stay alive until it completes.");
+  m.def(
+      "transfer",
+      [](int process_set, bool send, uintptr_t address, size_t bytes, int peer, int tag, const std::string& name,
+         py::object owner) {
+        require_init();
+        std::shared_ptr<Engine> engine = g_engine;
+        if (!g_interrupted->empty()) release_finished_interrupted(*engine);
+        const std::vector<PointToPoint::Op> ops{{send, reinterpret_cast<void*>(address), bytes, peer, tag}};
+        int handle = -1;
+        try {
+          to_python(await_handle(*engine, handle, [&] { handle = engine->point_to_point(process_set, ops, name); }), 0);
+        } catch (py::error_already_set&) {
+          if (handle >= 0) (*g_interrupted)[handle] = py::make_tuple(owner, py::none());  // the core still uses it
+          throw;
+        }
+      },
+      py::arg("process_set"), py::arg("send"), py::arg("address"), py::arg("bytes"), py::arg("peer"), py::arg("tag"),
+      py::arg("name"), py::arg("owner"),
+      "One blocking send or receive (point_to_point() and wait() in one call); `owner` holds the buffer.");
   m.def("wait", &wait, py::arg("handle"), py::arg("stream") = 0,
         "Block until the handle completes; raise HoroError if it failed. For GPU tensors `stream` (the caller's "
         "current cudaStream_t) is made to wait for the results.");

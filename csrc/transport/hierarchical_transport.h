@@ -38,6 +38,13 @@ class HierarchicalTransport : public Transport {
   int irecv(void* buf, size_t bytes, int peer) override { return flat_->irecv(buf, bytes, peer); }
   void wait(int slot) override { flat_->wait(slot); }
   void wait_all() override { flat_->wait_all(); }
+  // Users' point-to-point rides the MPI communicator (Open MPI moves it through shared memory on a host).
+  int post_send(const void* buf, size_t bytes, int peer, int tag) override {
+    return flat_->post_send(buf, bytes, peer, tag);
+  }
+  int post_recv(void* buf, size_t bytes, int peer, int tag) override { return flat_->post_recv(buf, bytes, peer, tag); }
+  bool test_posted(int id, size_t* received) override { return flat_->test_posted(id, received); }
+  int max_tag() const override { return flat_->max_tag(); }
 
   bool two_level_allreduce(size_t bytes) const override;
   bool two_level_allgather(size_t bytes) const override;

@@ -110,11 +110,18 @@ MpiTransport::MpiTransport(MPI_Comm comm, TransportSettings settings) : comm_(co
   HORO_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   HORO_MPI(MPI_Comm_rank(comm_, &rank_));
   HORO_MPI(MPI_Comm_size(comm_, &size_));
+  HORO_MPI(MPI_Comm_dup(comm_, &user_comm_));
+  HORO_MPI(MPI_Comm_set_errhandler(user_comm_, MPI_ERRORS_RETURN));
+  int* tag_ub = nullptr;
+  int found = 0;
+  HORO_MPI(MPI_Comm_get_attr(user_comm_, MPI_TAG_UB, &tag_ub, &found));
+  if (found && tag_ub) max_tag_ = *tag_ub;
 }
 
 MpiTransport::~MpiTransport() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized && user_comm_ != MPI_COMM_NULL) MPI_Comm_free(&user_comm_);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -153,6 +160,51 @@ void MpiTransport::wait_all() {
   wait_politely(requests_.data(), static_cast<int>(requests_.size()), "point-to-point transfers");
   requests_.clear();
   free_slots_.clear();
+}
+
+int MpiTransport::keep_posted(MPI_Request request) {
+  if (free_posted_.empty()) {
+    posted_.push_back(request);
+    return static_cast<int>(posted_.size() - 1);
+  }
+  const int id = free_posted_.back();
+  free_posted_.pop_back();
+  posted_[id] = request;
+  return id;
+}
+
+int MpiTransport::post_send(const void* buf, size_t bytes, int peer, int tag) {
+  if (bytes > kMaxMessageBytes) throw Error("point-to-point message over 1 GiB; split it");
+  MPI_Request request;
+  HORO_MPI(MPI_Isend(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, user_comm_, &request));
+  return keep_posted(request);
+}
+
+int MpiTransport::post_recv(void* buf, size_t bytes, int peer, int tag) {
+  if (bytes > kMaxMessageBytes) throw Error("point-to-point message over 1 GiB; split it");
+  MPI_Request request;
+  HORO_MPI(MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, user_comm_, &request));
+  return keep_posted(request);
+}
+
+bool MpiTransport::test_posted(int id, size_t* received) {
+  int done = 0;
+  MPI_Status status;
+  const int code = MPI_Test(&posted_[id], &done, &status);
+  if (code != MPI_SUCCESS) {
+    // MPI_ERR_TRUNCATE and its kin complete the request: the id is free either way.
+    free_posted_.push_back(id);
+    int error_class = 0;
+    MPI_Error_class(code, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE) throw Error("the message is larger than the receive buffer");
+    mpi_check(code, "MPI_Test");
+  }
+  if (!done) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  *received = static_cast<size_t>(count);
+  free_posted_.push_back(id);
+  return true;
 }
 
 namespace {

@@ -28,6 +28,11 @@ class MpiTransport : public Transport {
   void wait(int slot) override;
   void wait_all() override;
 
+  int post_send(const void* buf, size_t bytes, int peer, int tag) override;
+  int post_recv(void* buf, size_t bytes, int peer, int tag) override;
+  bool test_posted(int id, size_t* received) override;
+  int max_tag() const override { return max_tag_; }
+
   bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override;
   bool native_reduce_scatter(const void* input, void* output, const std::vector<size_t>& counts, DataType dtype,
                              ReduceOp op) override;
@@ -46,9 +51,15 @@ class MpiTransport : public Transport {
   void broadcast_bytes(std::string& data, int root) override;
 
  private:
-  int keep(MPI_Request request);  // a slot for wait()
+  int keep(MPI_Request request);         // a slot for wait()
+  int keep_posted(MPI_Request request);  // an id for test_posted()
 
   MPI_Comm comm_;
+  // Users' point-to-point: a communicator of its own, so its tags never match the collectives'.
+  MPI_Comm user_comm_ = MPI_COMM_NULL;
+  int max_tag_ = 32767;
+  std::vector<MPI_Request> posted_;
+  std::vector<int> free_posted_;
   TransportSettings settings_;
   int rank_ = 0;
   int size_ = 1;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "gpu/cuda_event.h"
 
 #include "gpu/cuda_api.h"
@@ -25,6 +26,9 @@
 #include "transport/transport.h"
 
 namespace horo {
+
+constexpr const char* kNoUserPointToPoint =
+    "point-to-point between GPU buffers is not carried by NCCL yet: send host memory";
 
 class NcclTransport : public Transport {
  public:
@@ -43,6 +47,12 @@ class NcclTransport : public Transport {
   int irecv(void* buf, size_t bytes, int peer) override;
   void wait(int slot) override { wait_all(); }
   void wait_all() override;
+  // Users' point-to-point takes host memory (the engine posts it on the set's host transport);
+  // NCCL does not carry it yet, so these refuse rather than hand a device pointer to MPI.
+  int post_send(const void*, size_t, int, int) override { throw Error(kNoUserPointToPoint); }
+  int post_recv(void*, size_t, int, int) override { throw Error(kNoUserPointToPoint); }
+  bool test_posted(int, size_t*) override { throw Error(kNoUserPointToPoint); }
+  int max_tag() const override { return control_.max_tag(); }
 
   bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override;
   // Sum or average times `scale` in one pass (NCCL's PreMulSum): false where

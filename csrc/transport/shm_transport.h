@@ -33,7 +33,7 @@
 
 namespace horo {
 
-class ShmTransport : public Transport {
+class ShmTransport : public Transport, public ShmCapabilities {
  public:
   // Collective over `inner`'s communicator, whose ranks must share this host.
   explicit ShmTransport(std::unique_ptr<MpiTransport> inner);
@@ -41,12 +41,19 @@ class ShmTransport : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool prefers_native() const override { return true; }
-  const char* name() const override { return "SHM"; }
+  ShmCapabilities* shm() override { return this; }
 
   int isend(const void* buf, size_t bytes, int peer) override { return inner_->isend(buf, bytes, peer); }
   int irecv(void* buf, size_t bytes, int peer) override { return inner_->irecv(buf, bytes, peer); }
   void wait(int slot) override { inner_->wait(slot); }
   void wait_all() override { inner_->wait_all(); }
+  // Users' point-to-point rides the MPI communicator (Open MPI moves it through shared memory on a host).
+  int post_send(const void* buf, size_t bytes, int peer, int tag) override {
+    return inner_->post_send(buf, bytes, peer, tag);
+  }
+  int post_recv(void* buf, size_t bytes, int peer, int tag) override { return inner_->post_recv(buf, bytes, peer, tag); }
+  bool test_posted(int id, size_t* received) override { return inner_->test_posted(id, received); }
+  int max_tag() const override { return inner_->max_tag(); }
 
   bool native_allreduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op) override {
     return native_allreduce_scaled(input, output, count, dtype, op, 1.0);

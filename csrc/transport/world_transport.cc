@@ -10,14 +10,6 @@
 
 namespace horo {
 
-namespace {
-std::string lower(const char* name) {
-  std::string s(name);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-}  // namespace
-
 std::unique_ptr<Transport> make_world_transport(MPI_Comm ours, const ProcessInfo& info, const Tunables& tunables,
                                                 std::string* description) {
   set_mpi_waits_may_sleep(info.cross_size == 1);
@@ -35,7 +27,7 @@ std::unique_ptr<Transport> make_world_transport(MPI_Comm ours, const ProcessInfo
                                       << " ranks each: hierarchical collectives need the same number, using flat ones");
     }
     std::unique_ptr<Transport> chosen = choose_transport(std::move(flat));
-    *description = lower(chosen->name());
+    *description = chosen->shm() ? "shm" : "mpi";
     return chosen;
   }
   MPI_Comm local, cross;
@@ -43,7 +35,7 @@ std::unique_ptr<Transport> make_world_transport(MPI_Comm ours, const ProcessInfo
   mpi_check(MPI_Comm_split(ours, info.local_rank, info.rank, &cross), "MPI_Comm_split");
   // The intra-host layer is whatever serves one host best (shared memory by default).
   std::unique_ptr<Transport> local_layer = choose_transport(std::make_unique<MpiTransport>(local, settings));
-  *description = "hierarchical(local=" + lower(local_layer->name()) + ",cross=mpi)";
+  *description = std::string("hierarchical(local=") + (local_layer->shm() ? "shm" : "mpi") + ",cross=mpi)";
   return std::make_unique<HierarchicalTransport>(std::move(flat), std::move(local_layer),
                                                  std::make_unique<MpiTransport>(cross, settings), tunables);
 }

@@ -75,6 +75,7 @@ from horo.torch.compression import Compression
 from horo.torch.functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from horo.torch.handles import poll, synchronize
 from horo.torch.optimizer import DistributedOptimizer
+from horo.torch.point_to_point import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from horo.torch.sync_batch_norm import SyncBatchNorm
 
 
@@ -105,4 +106,5 @@ __all__ = [
     "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
     "barrier", "join", "poll", "synchronize", "broadcast_object", "allgather_object",
     "broadcast_parameters", "broadcast_optimizer_state", "Compression", "DistributedOptimizer", "SyncBatchNorm",
+    "send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp",
 ]

@@ -4,6 +4,7 @@
 SCENARIO: fused     - rank 1 dies while the ranks run fused allreduces of many small tensors
           broadcast - rank 1 dies in the middle of a loop of 8 MiB broadcasts
           idle      - every rank idles; the test kills rank 1 from outside
+          point_to_point - rank 1 dies in a ring of 1 MiB sends and receives (its peers wait in recv)
 Every rank writes its pid to PIDDIR/rank<r>.pid; the dying rank writes the time of its
 death to PIDDIR/killed_at. The job must end promptly with a non-zero exit naming rank 1.
 """
@@ -52,6 +53,17 @@ def broadcast():
         horo.synchronize(h)
 
 
+def point_to_point():
+    tick = die_soon(after_calls=10)
+    r, n = horo.rank(), horo.size()
+    out, got = np.full(1 << 18, r, np.float32), np.empty(1 << 18, np.float32)
+    for step in range(100000):
+        hs = horo.isend(out, (r + 1) % n)
+        tick()
+        horo.recv(got, (r - 1) % n)
+        horo.synchronize(hs)
+
+
 def idle():
     horo.allreduce(np.ones(4), name="warm-up")
     with open(os.path.join(piddir, f"ready{horo.rank()}"), "w"):
@@ -64,4 +76,4 @@ if __name__ == "__main__":
     horo.init()
     with open(os.path.join(piddir, f"rank{horo.rank()}.pid"), "w") as f:
         f.write(str(os.getpid()))
-    {"fused": fused, "broadcast": broadcast, "idle": idle}[scenario]()
+    {"fused": fused, "broadcast": broadcast, "idle": idle, "point_to_point": point_to_point}[scenario]()
