@@ -7,7 +7,7 @@ ranks_collectives_errors.py) under a wall-clock timeout: a hang fails the test.
 """
 
 import pytest
-from launcher import differences_from, load_saved_results, remembering_launcher
+from launcher import differences_from, load_saved_results, remembering_launcher, selected_launches
 
 VARIANTS = {
     "default": {},  # auto: shared memory on one host (HORO_TRANSPORT=auto)
@@ -35,13 +35,26 @@ COMPARED = {3: ["ring", "mpi", "fusion_off"], 4: ["ring_small_chunks", "mpi"]}
 LAUNCH_TIMEOUT = 150
 
 
+def launches_of(item):
+    """The (np, variant) launches a test of this module needs."""
+    params = item.callspec.params
+    if item.originalname == "test_collectives_match_numpy_on_every_rank":
+        return [(params["np_"], params["variant"])]
+    if item.originalname == "test_ring_mpi_and_fusion_off_give_the_same_results":
+        return [(params["np_"], v) for v in ["default"] + COMPARED[params["np_"]]]
+    return []
+
+
 @pytest.fixture(scope="module")
-def collectives_launch(ranks, tmp_path_factory):
-    """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results."""
-    return remembering_launcher(ranks, tmp_path_factory, "ranks_collectives.py", VARIANTS, LAUNCH_TIMEOUT)
+def collectives_launch(ranks, tmp_path_factory, request):
+    """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results.
+    The variants a session selects at one np run one after another in one MPI job."""
+    return remembering_launcher(ranks, tmp_path_factory, "ranks_collectives.py", VARIANTS, LAUNCH_TIMEOUT,
+                                together=selected_launches(request, launches_of))
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+# The first test at an np runs every variant selected at that np in its one job.
+@pytest.mark.timeout(len(VARIANTS) * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_,variant", MATRIX, ids=lambda p: str(p))
 def test_collectives_match_numpy_on_every_rank(collectives_launch, np_, variant):
     collectives_launch(np_, variant)
