@@ -180,14 +180,16 @@ def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=Non
 VARIANT_MARK = "[horo-variant]"  # printed by tests/mpi/variants.py
 
 
-def run_variants(np_, target, variants, timeout):
+def run_variants(np_, target, variants, timeout, select=None):
     """Runs the rank suite `target` once per (name, env) in `variants`, one after another in one
     `mpirun -np np_` job (tests/mpi/variants.py), as run_ranks would run each in a job of its own.
+    A variant given as (name, env, suite) runs that suite (a file in tests/mpi/) instead.
 
-    `timeout` is per variant. Returns {name: None if it passed, else why (with the output)}. A
-    variant that fails ends its job; the variants after it run again in a new job, so each
-    variant's outcome is its own.
+    `timeout` is per variant; `select`, a pytest -k expression for every variant. Returns
+    {name: None if it passed, else why (with the output)}. A variant that fails ends its job;
+    the variants after it run again in a new job, so each variant's outcome is its own.
     """
+    variants = [[v[0], v[1], *[str(MPI_DIR / s) for s in v[2:]]] for v in variants]
     outcomes = {}
     remaining = list(variants)
     while remaining:
@@ -195,7 +197,7 @@ def run_variants(np_, target, variants, timeout):
         plan_file = Path(piddir) / "plan.json"
         plan_file.write_text(json.dumps({
             "suite": str(MPI_DIR / target),
-            "pytest_args": _rank_pytest_args(max(30, timeout - 20)),
+            "pytest_args": _rank_pytest_args(max(30, timeout - 20)) + (["-k", select] if select else []),
             "variants": remaining,
         }))
         cmd = mpirun_command(np_, [sys.executable, str(MPI_DIR / "variants.py"), str(plan_file)])
@@ -203,7 +205,7 @@ def run_variants(np_, target, variants, timeout):
             rc, output, elapsed = _run_job(cmd, None, timeout * len(remaining), piddir)
         finally:
             shutil.rmtree(piddir, ignore_errors=True)
-        names = [name for name, _ in remaining]
+        names = [v[0] for v in remaining]
         print(f"np={np_} {target} variants {names}: rc={rc} in {elapsed:.1f}s")
         passed = [n for n in names if output.count(f"{VARIANT_MARK} {n} rc=0") == np_]
         for name in passed:
@@ -212,15 +214,15 @@ def run_variants(np_, target, variants, timeout):
         if not unfinished:
             break
         # The first variant that did not pass on every rank is the failure; the rest run again.
-        culprit, env = unfinished[0]
+        culprit, env = unfinished[0][:2]
         how = "HUNG, killed" if rc is None else f"exit code {rc}"
-        outcomes[culprit] = (f"np={np_} {target} env={env}: {how} (variants {names} in one job, "
+        outcomes[culprit] = (f"np={np_} {unfinished[0][2:] or target} env={env}: {how} (variants {names} in one job, "
                              f"{elapsed:.1f}s)\n--- output (tail) ---\n{output[-20000:]}")
         remaining = unfinished[1:]
     return outcomes
 
 
-def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout, together=None):
+def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout, together=None, select=None):
     """launch(np, variant) -> the folder where rank 0 saved its results.
 
     Each (np, variant) of `suite` runs once per test session; a later test that
@@ -241,7 +243,8 @@ def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout, toge
                 group.append(variant)
             dirs = {v: result_dir(np_, v) for v in group}
             outcomes = run_variants(
-                np_, suite, [(v, dict(variants[v], HORO_TEST_RESULTS_DIR=str(dirs[v]))) for v in group], timeout)
+                np_, suite, [(v, dict(variants[v], HORO_TEST_RESULTS_DIR=str(dirs[v]))) for v in group], timeout,
+                select=select)
             for v in group:
                 launches[(np_, v)] = ("ok", dirs[v]) if outcomes[v] is None else ("failed", outcomes[v])
             status, value = launches[key]
@@ -251,7 +254,7 @@ def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout, toge
             out = result_dir(np_, variant)
             env = dict(variants[variant], HORO_TEST_RESULTS_DIR=str(out))
             try:
-                ranks(np_, suite, env=env, timeout=timeout)
+                ranks(np_, suite, env=env, timeout=timeout, select=select)
                 launches[key] = ("ok", out)
             except BaseException as e:  # remember the failure: do not relaunch for the comparison test
                 launches[key] = ("failed", str(e)[:2000])
@@ -264,12 +267,36 @@ def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout, toge
     return launch
 
 
+def batched_launcher(request, cases, launches_of, timeout, select=None):
+    """launch(np, case) for tests that each run one rank suite at one np under one environment
+    and only need it to pass: `cases` maps a case's name to (suite, env); `launches_of(item)`
+    lists a test's (np, case name) pairs. The cases this session's selected tests of the
+    requesting module need at one np run one after another in one MPI job (run_variants)."""
+    together = selected_launches(request, launches_of)
+    outcomes = {}
+
+    def launch(np_, name):
+        if (np_, name) not in outcomes:
+            group = [n for n in together.get(np_, []) if (np_, n) not in outcomes]
+            if name not in group:
+                group.append(name)
+            first_suite = cases[group[0]][0]
+            done = run_variants(np_, first_suite, [(n, cases[n][1], cases[n][0]) for n in group], timeout,
+                                select=select)
+            for n in group:
+                outcomes[(np_, n)] = done[n]
+        if outcomes[(np_, name)] is not None:
+            pytest.fail(outcomes[(np_, name)], pytrace=False)
+
+    return launch
+
+
 def selected_launches(request, launches_of):
     """np -> [variant], in order: the launches this session's selected tests of the requesting
     module will make, where `launches_of(item)` lists an item's (np, variant) pairs."""
     wanted = {}
     for item in request.session.items:
-        if getattr(item, "module", None) is not request.module or not hasattr(item, "callspec"):
+        if getattr(item, "module", None) is not request.module:
             continue
         for np_, variant in launches_of(item):
             names = wanted.setdefault(np_, [])

@@ -3,7 +3,7 @@
     mpirun -np 3 python tests/mpi/variants.py PLAN.json
 
 PLAN.json: {"suite": "<path of a rank suite>", "pytest_args": [...],
-            "variants": [["name", {"HORO_X": "1", ...}], ...]}
+            "variants": [["name", {"HORO_X": "1", ...}, "<suite of its own, optional>"], ...]}
 
 For each variant in turn every rank sets that variant's environment, then runs the suite with
 pytest in this process; the suite's session fixture initialises horo (which reads its settings
@@ -25,7 +25,7 @@ MARK = "[horo-variant]"
 def main(plan_file):
     with open(plan_file) as f:
         plan = json.load(f)
-    for name, env in plan["variants"]:
+    for name, env, *suite in plan["variants"]:
         saved = {k: os.environ.get(k) for k in env}
         for k, v in env.items():
             if v is None:
@@ -33,7 +33,7 @@ def main(plan_file):
             else:
                 os.environ[k] = str(v)
         print(f"{MARK} {name} start", flush=True)
-        rc = int(pytest.main(list(plan["pytest_args"]) + [plan["suite"]]))
+        rc = int(pytest.main(list(plan["pytest_args"]) + [suite[0] if suite else plan["suite"]]))
         print(f"{MARK} {name} rc={rc}", flush=True)
         for k, v in saved.items():  # the next variant starts from the job's own environment
             if v is None:
