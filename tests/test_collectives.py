@@ -7,7 +7,7 @@ ranks_collectives_errors.py) under a wall-clock timeout: a hang fails the test.
 """
 
 import pytest
-from launcher import differences_from, load_saved_results, remembering_launcher, selected_launches
+from launcher import batched_launcher, differences_from, load_saved_results, remembering_launcher, selected_launches
 
 VARIANTS = {
     "default": {},  # auto: shared memory on one host (HORO_TRANSPORT=auto)
@@ -74,13 +74,34 @@ def test_ring_mpi_and_fusion_off_give_the_same_results(collectives_launch, np_):
     assert not problems, f"{len(problems)} differences:\n" + "\n".join(problems[:40])
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+ERROR_CASES = {
+    "default": ("ranks_collectives_errors.py", {}),
+    "fusion_off_ring": ("ranks_collectives_errors.py",
+                        {"HORO_FUSION_THRESHOLD": "0", "HORO_ALLGATHER_ALGO": "ring", "HORO_REDUCESCATTER_ALGO": "ring"}),
+}
+
+
+def error_launches_of(item):
+    if item.originalname == "test_collective_errors_raise_on_every_rank_and_the_engine_recovers":
+        return [(item.callspec.params["np_"], "default")]
+    if item.originalname == "test_collective_errors_with_fusion_off_and_ring_algorithms":
+        return [(3, "fusion_off_ring")]
+    return []
+
+
+@pytest.fixture(scope="module")
+def errors_launch(request):
+    """The error cases selected at one np run one after another in one MPI job (launcher.run_variants)."""
+    return batched_launcher(request, ERROR_CASES, error_launches_of, LAUNCH_TIMEOUT)
+
+
+# At np=3 the first test runs both cases.
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_", [1, 2, 3, 4])
-def test_collective_errors_raise_on_every_rank_and_the_engine_recovers(ranks, np_):
-    ranks(np_, "ranks_collectives_errors.py", timeout=LAUNCH_TIMEOUT)
+def test_collective_errors_raise_on_every_rank_and_the_engine_recovers(errors_launch, np_):
+    errors_launch(np_, "default")
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
-def test_collective_errors_with_fusion_off_and_ring_algorithms(ranks):
-    env = {"HORO_FUSION_THRESHOLD": "0", "HORO_ALLGATHER_ALGO": "ring", "HORO_REDUCESCATTER_ALGO": "ring"}
-    ranks(3, "ranks_collectives_errors.py", env=env, timeout=LAUNCH_TIMEOUT)
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 30)
+def test_collective_errors_with_fusion_off_and_ring_algorithms(errors_launch):
+    errors_launch(3, "fusion_off_ring")
