@@ -214,8 +214,6 @@ Tunables Tunables::from_environment() {
   t.shm_heap_bytes = std::max<int64_t>(0, static_cast<int64_t>(number("HORO_SHM_HEAP_BYTES")));
   t.shm_allreduce_push_bytes = bytes_or_auto("HORO_SHM_ALLREDUCE_PUSH_BYTES");
   t.shm_reduce_single_copy_bytes = bytes_or_auto("HORO_SHM_REDUCE_SINGLE_COPY_BYTES");
-  t.shm_rooted_reduce_single_copy_bytes = t.shm_reduce_single_copy_bytes;
-  t.shm_reducescatter_single_copy_bytes = t.shm_reduce_single_copy_bytes;
   t.spin_microseconds = lookup("HORO_SPIN_MICROSECONDS") == "auto" ? -1 : static_cast<int>(number("HORO_SPIN_MICROSECONDS"));
   t.hierarchical_allreduce = switch_mode("HORO_HIERARCHICAL_ALLREDUCE");
   t.hierarchical_allgather = switch_mode("HORO_HIERARCHICAL_ALLGATHER");
@@ -238,6 +236,14 @@ Tunables Tunables::from_environment() {
   if (t.cache_capacity < 0) t.cache_capacity = 0;
   if (t.cycle_time_ms < 0) t.cycle_time_ms = 0;
   return t;
+}
+
+void Tunables::settle_for_host(int ranks_on_host, unsigned cores) {
+  const bool oversubscribed = static_cast<unsigned>(ranks_on_host) > cores;
+  // A spin mostly yields where ranks outnumber cores (futex_wait.cc); 50 us beat 20 there
+  // (benchmarks/MEASUREMENTS.md, "Shared-memory thresholds").
+  if (spin_microseconds < 0) spin_microseconds = 50;
+  spin_yields = oversubscribed;
 }
 
 }  // namespace horo

@@ -24,7 +24,7 @@ std::string tunable_value(const char* env);
 struct Tunables {
   int64_t fusion_threshold_bytes;
   // Larger tensors run alone, in place: GPU tensors over fusion_max_tensor_bytes, host ones over
-  // fusion_max_host_tensor_bytes (HORO_FUSION_MAX_TENSOR_BYTES both; auto, -1, is settled at init).
+  // fusion_max_host_tensor_bytes (HORO_FUSION_MAX_TENSOR_BYTES both; auto, -1: the engine settles it).
   int64_t fusion_max_tensor_bytes;
   int64_t fusion_max_host_tensor_bytes;
   double cycle_time_ms;
@@ -39,27 +39,13 @@ struct Tunables {
   int64_t shm_small_bytes;    // shm allreduce at or below: one step, every rank reduces all
   int64_t shm_preload_bytes;  // cached shm collectives up to this input size ride the control step (0: never)
   int64_t shm_stream_bytes;   // shm copies into a slot from this size: non-temporal stores (0: never, -1: auto)
-  // shm gather and scatter from this size: receivers read the root's buffer (0: never), and
-  // broadcast from its own; -1 (auto) is settled at init, as shm_exchange_single_copy_bytes is.
-  int64_t shm_single_copy_bytes = -1;
-  int64_t shm_broadcast_single_copy_bytes = -1;
-  // shm gather and scatter into outputs in the heaps from this size: the root reads (gather) or
-  // the receivers read (scatter) part of the rows while the others push the rest; -1: auto.
-  int64_t shm_rooted_share_bytes = -1;
-  // shm allgather/alltoall from this many bytes per peer: every rank reads its peers' buffers (0: never);
-  // -1 (auto) is settled at init, from whether this host runs more ranks than cores.
-  int64_t shm_exchange_single_copy_bytes = -1;
+  // The sizes from which shared-memory paths read peers' buffers directly (0: never; -1: auto,
+  // the policy's choice for this machine, transport/shm_policy.h, where each is described).
+  int64_t shm_single_copy_bytes = -1;           // gather, scatter and broadcast
+  int64_t shm_exchange_single_copy_bytes = -1;  // allgather, alltoall (bytes per peer)
   int64_t shm_heap_bytes;  // each rank's heap of outputs its peers write into (0: none)
-  // shm allreduce from this size, into outputs in the heaps: every rank writes its slice into its peers'
-  // outputs; -1 (auto) is settled at init, as shm_exchange_single_copy_bytes is.
-  int64_t shm_allreduce_push_bytes = -1;
-  // shm allreduce (and rooted reduce) from this size: each rank reads its slice of its peers' inputs
-  // and writes the result into their outputs (0: never); -1 (auto) is settled at init, as
-  // shm_exchange_single_copy_bytes is. One environment variable sets all three (reducescatter: each
-  // rank reads its rows of its peers' inputs).
-  int64_t shm_reduce_single_copy_bytes = -1;
-  int64_t shm_rooted_reduce_single_copy_bytes = -1;
-  int64_t shm_reducescatter_single_copy_bytes = -1;
+  int64_t shm_allreduce_push_bytes = -1;      // allreduce pushes slices into peers' outputs (-1: auto)
+  int64_t shm_reduce_single_copy_bytes = -1;  // allreduce, reduce, reducescatter (-1: auto)
   // Two-level collectives across hosts (transport/hierarchical_transport.h): auto | 0 | 1.
   std::string hierarchical_allreduce;  // also decides broadcast
   std::string hierarchical_allgather;
@@ -72,11 +58,9 @@ struct Tunables {
   bool timeline_mark_cycles;
   std::string gpu_transport;  // nccl | mpi | auto
   double nccl_timeout_seconds;  // NCCL init or work in flight past this is aborted (<= 0: never)
-  // How long waiting threads spin (yielding) before they sleep. -1 (auto) is
-  // settled at init: shorter when this node runs more ranks than cores, where
-  // spinning steals the core the awaited thread needs.
+  // How long waiting threads spin (yielding) before they sleep. -1 (auto): settle_for_host().
   int spin_microseconds = -1;
-  // Set at init too: whether a spin yields the core after its first microseconds.
+  // Set by settle_for_host(): whether a spin yields the core after its first microseconds.
   // Only where this node runs more ranks than cores: the awaited rank may need
   // this core. Elsewhere a yield hands the core to whatever else is runnable
   // (OpenBLAS's and OpenMP's spinning workers) for a whole time slice.
@@ -85,6 +69,9 @@ struct Tunables {
   std::string topology;
 
   static Tunables from_environment();
+  // Settles what depends on the host (`ranks_on_host` ranks on `cores` cores); the
+  // shared-memory thresholds are the transport's (transport/shm_policy.h).
+  void settle_for_host(int ranks_on_host, unsigned cores);
 };
 
 }  // namespace horo

@@ -41,62 +41,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-// Between 2 ranks with cores of their own, an exchange (allgather, alltoall) rides the control step
-// while its output is at most this: tunable_ab, four or five jobs each, time not preloaded / preloaded
-// at 4 / 8 / 16 / 32 KiB of output, allgather 0.99 / 0.82-0.85 / 0.71 / 0.65 (inputs written afresh
-// before each call: 0.97 / 0.86-0.88 / 0.75 / 0.70), alltoall 1.11 / 0.93 / 0.88 (fresh the same).
-constexpr int64_t kPairExchangePreloadOutput = 4096;
-
-// The most input bytes an exchange whose output is `outputs_per_input` times its rank's input preloads.
-int64_t exchange_preload_limit(bool pairs_in_pieces, int64_t outputs_per_input, const Tunables& t) {
-  return pairs_in_pieces ? std::min(t.shm_small_bytes, kPairExchangePreloadOutput / outputs_per_input) : t.shm_small_bytes;
-}
-
-// Bytes of this rank's input that `q`'s collective reads from its peers'
-// preloaded inputs, or -1 where it cannot run from them (it runs as negotiated).
-// Reductions there go in rank order, as the transport's one-step allreduce does.
-// `pairs_in_pieces`: a set of 2 ranks whose transport preloads in pieces (Transport::preloads_in_pieces).
-int64_t preload_bytes(const Request& q, int set_rank, int root_set_rank, bool pairs_in_pieces, const Tunables& t) {
-  if (q.memory != Memory::kHost) return -1;
-  const int64_t bytes = q.num_elements() * static_cast<int64_t>(dtype_size(q.dtype));
-  const bool reduces_as_is = q.prescale == 1.0 && q.op != ReduceOp::kAdasum;
-  switch (q.type) {
-    // Above the one-step size, the transport's reduce-scatter shares the reduction
-    // out among the ranks (measured faster at 64 KiB, np=2) and sums in another order.
-    case CollectiveType::kAllreduce:
-      return reduces_as_is && t.allreduce_algo != "ring" && bytes <= t.shm_small_bytes ? bytes : -1;
-    case CollectiveType::kReducescatter: return reduces_as_is && t.reducescatter_algo != "ring" ? bytes : -1;
-    // Only the root reduces, from every rank's input; the others are done once the step is. Above
-    // the one-step size the allreduce's shared reduction won (np=2, 64 KiB: 37.7 us against 32.2)
-    // until the root could reduce each piece of its peer's input as it came in (transport.h), where
-    // ranks have cores of their own: np=2, 32 / 64 KiB in 0.64 / 0.82 of the time. Not measured
-    // with more ranks, where the root alone reads every peer's input.
-    case CollectiveType::kReduce:
-      return reduces_as_is && bytes <= (pairs_in_pieces ? t.shm_preload_bytes : t.shm_small_bytes) ? bytes : -1;
-    // Larger exchanges write straight into their peers' outputs (transport/shm_heap.h): preloaded,
-    // each rank copies everything twice (np=2 allgather, 32 KiB per rank: 10.7 against 9.1 us).
-    // An alltoall copies in its own piece too, which the usual path never moves (4-6% slower at 64
-    // KiB). Between 2 ranks with cores of their own the step saved costs next to nothing, and from
-    // an output of 8 KiB the copies cost more (kPairExchangePreloadOutput); where ranks share cores
-    // the step is the dear part (np=4 on 2 cores, allgather 8-64 KiB not preloaded: 1.66-1.83x slower).
-    case CollectiveType::kAllgather:
-      return t.allgather_algo != "ring" && bytes <= exchange_preload_limit(pairs_in_pieces, 2, t) ? bytes : -1;
-    case CollectiveType::kAlltoall: return bytes <= exchange_preload_limit(pairs_in_pieces, 1, t) ? bytes : -1;
-    // Only the senders' inputs, by the reduce's sizes: the root reads each one's rows from its area
-    // (in pieces, as they come in, where a pair preloads so) and the senders are done once the step
-    // is. Four alternating jobs each, time preloaded / not: np=2 32 / 64 / 128 KiB gathered 0.84 /
-    // 0.94 / 0.98 (inputs written afresh before each call: 0.83 / 0.98 / 0.77); np=4 on 2 cores
-    // (six jobs), 1 / 4 / 16 KiB 0.82 / 0.90 / 0.94; at most 8 KiB per rank, level (0.94-1.05).
-    case CollectiveType::kGather:
-      if (set_rank == root_set_rank) return 0;
-      return bytes <= (pairs_in_pieces ? t.shm_preload_bytes : t.shm_small_bytes) ? bytes : -1;
-    // Only the root's input: every rank reads its own rows of it (scatter) or all of it.
-    case CollectiveType::kBroadcast:
-    case CollectiveType::kScatter: return set_rank == root_set_rank ? bytes : 0;
-    default: return -1;
-  }
-}
-
 std::string format_scale(double v) {
   std::ostringstream out;
   out << v;
@@ -274,9 +218,7 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
   if (first && !joined_) {
     // Callers name roots by global rank.
     const auto root = std::find(members_.begin(), members_.end(), first->request.root);
-    const bool pairs_in_pieces = transport_.size() == 2 && shm_->preloads_in_pieces();
-    bytes = preload_bytes(first->request, transport_.rank(), static_cast<int>(root - members_.begin()), pairs_in_pieces,
-                          tunables_);
+    bytes = shm_->preload_bytes(first->request, static_cast<int>(root - members_.begin()));
     const CollectiveType type = first->request.type;
     rooted = type == CollectiveType::kBroadcast || type == CollectiveType::kScatter;
     // The root alone decides (the others preload nothing): its "no" is everyone's in the control step's AND.

@@ -71,7 +71,7 @@ class Controller {
   // where its collective can run from there; returns its bit (-1: none). Only where
   // the transport carries data (preload_capacity() > 0); every cycle, to count it.
   // Or, for an exchange too large for that, has it lay out the tensor's output where its peers
-  // can write into it and say where (Transport::preload_output): then `located`. The control step
+  // can write into it and say where (ShmCapabilities::preload_output): then `located`. The control step
   // ANDs the two kinds apart (a rank's input may fit where its peers' do not).
   int preload_first_ready(FunctionRef<const void*(const Request&)> input_of, bool* located);
   bool preload_output(const Request& q, const Response& agreed);

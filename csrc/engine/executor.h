@@ -33,7 +33,7 @@ class Executor {
   // The timeline's name for the transport's own collective (MPI_BCAST or SHM_BCAST).
   const char* native(const char* mpi_label, const char* shm_label) const;
   // `preloaded`: a lone tensor whose every rank's input came with the control
-  // step (Transport::preload): each rank computes its own output from those, with no step.
+  // step (ShmCapabilities::preload): each rank computes its own output from those, with no step.
   // Only shared memory preloads, hence the timeline's SHM_PRELOADED_* names.
   void allreduce(std::vector<TensorEntry>& entries, bool preloaded);
   void reducescatter(std::vector<TensorEntry>& entries, bool preloaded);

@@ -28,7 +28,7 @@ struct AllocatedOutput {
   // byte, and zeroing 64 MiB first would cost as much as moving it.
   class Bytes {
    public:
-    // `shared`: memory from the transport (Transport::output_allocator), else the pool's.
+    // `shared`: memory from the transport (ShmCapabilities::output_allocator), else the pool's.
     void resize(size_t n, std::shared_ptr<char> shared = nullptr) {
       data_ = shared ? std::move(shared) : BufferPool::instance().acquire(n);
       size_ = n;

@@ -2,7 +2,7 @@
 // doorbell, one cache line of state per rank (its sequence number and pid),
 // per rank two half-slots (double buffering) of `chunk_bytes` each plus
 // a small mailbox, and per rank two areas of `preload_bytes` for inputs that
-// travel with the control step (Transport::preload). Created by the set's
+// travel with the control step (ShmCapabilities::preload). Created by the set's
 // rank 0 under a name unique to the job (pid, random bits, a counter), mode
 // 0600, and unlinked as soon as every rank has it mapped: a crash afterwards
 // leaves nothing in /dev/shm. Every rank lays it out with rank 0's sizes.

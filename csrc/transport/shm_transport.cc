@@ -24,7 +24,6 @@ constexpr size_t kLine = 64;
 // A gather or scatter from this size writes straight into the root's (receivers') outputs where they
 // lie in the heaps; a smaller one takes one step through the segment rather than two.
 constexpr size_t kPushRootedFrom = 64 * 1024;
-constexpr uint64_t kAuto = ~uint64_t(0);
 // Where streaming stores win (store_probe.h), copies from this size use them; below it a copy
 // is a few lines, which a plain store fetches quickly enough.
 constexpr size_t kStreamPiecesFrom = 16 * 1024;
@@ -71,41 +70,40 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       size_(inner_->size()),
       // A slot holds one piece for every rank (alltoall, scatter): at least a cache line each.
       segment_(inner_->comm(), std::max(inner_->settings().shm_chunk_bytes, kLine * inner_->size()),
-               inner_->settings().shm_preload_bytes),
+               inner_->settings().shm.preload_bytes),
       heap_(inner_->comm(), inner_->size() > 1 ? inner_->settings().shm_heap_bytes : 0),
       allocate_output_(heap_.allocator()),
       outputs_(inner_->size(), nullptr),
       chunk_(segment_.chunk_bytes()),
-      small_bytes_(std::min(inner_->settings().shm_small_bytes, segment_.chunk_bytes())),
       spin_(inner_->settings().spin_microseconds),
       spin_yields_(inner_->settings().spin_yields) {
-  // The settings that decide how many steps a collective takes come from rank 0, as the
+  // The thresholds that decide how many steps a collective takes come from rank 0, as the
   // segment's sizes do: ranks whose environments differ must still take the same steps.
   // (Rank 0's choice of stores too, which changes no step, so that every rank probes or none.)
-  const int64_t stream = inner_->settings().shm_stream_bytes;
-  const TransportSettings& s = inner_->settings();
-  uint64_t protocol[10] = {small_bytes_, s.shm_single_copy_bytes, s.shm_exchange_single_copy_bytes,
-                           s.shm_allreduce_push_bytes, stream < 0 ? kAuto : static_cast<uint64_t>(stream),
-                           s.shm_broadcast_single_copy_bytes, s.shm_reduce_single_copy_bytes,
-                           s.shm_rooted_reduce_single_copy_bytes, s.shm_rooted_share_bytes,
-                           s.shm_reducescatter_single_copy_bytes};
-  MPI_Bcast(protocol, 10, MPI_UINT64_T, 0, inner_->comm());
-  small_bytes_ = protocol[0];
-  allreduce_push_bytes_ = protocol[3];
-  stream_bytes_ = protocol[4] == kAuto ? choose_stream_bytes() : protocol[4];
+  thresholds_ = inner_->settings().shm;
+  static_assert(sizeof(ShmThresholds) % sizeof(uint64_t) == 0, "ShmThresholds travels as 64-bit words");
+  MPI_Bcast(&thresholds_, sizeof(ShmThresholds) / sizeof(uint64_t), MPI_UINT64_T, 0, inner_->comm());
+  const ShmThresholds& th = thresholds_;
+  small_bytes_ = std::min<size_t>(th.small_bytes, segment_.chunk_bytes());
+  allreduce_push_bytes_ = th.allreduce_push_bytes;
+  const bool probe = th.stream_bytes == ShmThresholds::kProbe;
+  stream_bytes_ = probe ? choose_stream_bytes() : th.stream_bytes;
   const unsigned storing = std::min<unsigned>(size_, std::max(1u, std::thread::hardware_concurrency()));
-  stream_pushes_from_ = protocol[4] == kAuto && storing >= kManyCoresStoring ? kStreamBeyondL2 : 0;
-  const int reads[] = {1, 2, 5, 6, 7, 8, 9};  // the thresholds of cross-memory reads and writes
-  if (std::any_of(std::begin(reads), std::end(reads), [&](int i) { return protocol[i] > 0; }) &&
-      cross_memory_works(inner_->comm())) {
-    single_copy_bytes_ = protocol[1];
-    exchange_single_copy_bytes_ = protocol[2];
-    broadcast_single_copy_bytes_ = protocol[5];
-    reduce_single_copy_bytes_ = protocol[6];
-    rooted_reduce_single_copy_bytes_ = protocol[7];
-    rooted_share_bytes_ = protocol[8];
-    reducescatter_single_copy_bytes_ = protocol[9];
+  stream_pushes_from_ = probe && storing >= kManyCoresStoring ? kStreamBeyondL2 : 0;
+  if (th.reads_directly() && cross_memory_works(inner_->comm())) {
+    single_copy_bytes_ = th.single_copy_bytes;
+    exchange_single_copy_bytes_ = th.exchange_single_copy_bytes;
+    broadcast_single_copy_bytes_ = th.broadcast_single_copy_bytes;
+    reduce_single_copy_bytes_ = th.reduce_single_copy_bytes;
+    rooted_reduce_single_copy_bytes_ = th.rooted_reduce_single_copy_bytes;
+    rooted_share_bytes_ = th.rooted_share_bytes;
+    reducescatter_single_copy_bytes_ = th.reducescatter_single_copy_bytes;
   }
+}
+
+int64_t ShmTransport::preload_bytes(const Request& q, int root_set_rank) const {
+  return horo::preload_bytes(thresholds_, inner_->settings().tunables, q, rank_, root_set_rank,
+                             size_ == 2 && preloads_in_pieces());
 }
 
 size_t ShmTransport::choose_stream_bytes() {
@@ -369,7 +367,7 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
     return true;
   }
   const size_t per_round = chunk_ / esize;
-  // Where every output lies in its rank's heap (a new array horo made: Transport::output_allocator),
+  // Where every output lies in its rank's heap (a new array horo made: ShmCapabilities::output_allocator),
   // each rank writes its reduced slice straight into its peers' outputs, and nobody copies
   // slices out of the slots. The first round's step says where the outputs are (for a size
   // that reads its peers' inputs directly, a step of its own, which also says where they are).

@@ -76,6 +76,7 @@ class ShmTransport : public Transport, public ShmCapabilities {
   OutputAllocator output_allocator() const override { return allocate_output_; }
 
   size_t preload_capacity() const override { return size_ > 1 ? segment_.preload_bytes() : 0; }
+  int64_t preload_bytes(const Request& q, int root_set_rank) const override;
   void preload(const void* input, size_t bytes, bool rooted) override;
   // Cycles alternate between a rank's two areas, as rounds do between halves.
   const char* preloaded(int rank) override { return segment_.preload_area(rank, preloads_ & 1); }
@@ -216,6 +217,7 @@ class ShmTransport : public Transport, public ShmCapabilities {
   const OutputAllocator allocate_output_;  // heap_'s, made once
   std::vector<char*> outputs_;  // outputs_in_heaps()
   size_t chunk_ = 0;        // bytes of one half-slot
+  ShmThresholds thresholds_;  // rank 0's (shm_policy.h); the members below are read from it
   size_t small_bytes_ = 0;  // allreduce at or below: one step, every rank reduces everything
   size_t stream_bytes_ = 0;       // 0: plain copies into the slots
   size_t stream_pushes_from_ = 0;  // 0: pushes follow stream_bytes_ alone (few cores, or HORO_SHM_STREAM_BYTES given)

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "common/error.h"
 #include "transport/mpi_transport.h"
@@ -10,26 +11,15 @@
 
 namespace horo {
 
-TransportSettings TransportSettings::from(const Tunables& tunables) {
+TransportSettings TransportSettings::from(const Tunables& tunables, int ranks_on_host) {
   TransportSettings s;
   s.mode = tunables.transport;
   s.shm_chunk_bytes = static_cast<size_t>(tunables.shm_chunk_bytes);
-  s.shm_small_bytes = static_cast<size_t>(tunables.shm_small_bytes);
-  s.shm_preload_bytes = static_cast<size_t>(tunables.shm_preload_bytes);
-  s.shm_stream_bytes = tunables.shm_stream_bytes;
-  s.shm_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_single_copy_bytes));
-  s.shm_broadcast_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_broadcast_single_copy_bytes));
-  s.shm_rooted_share_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_rooted_share_bytes));
-  s.shm_exchange_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_exchange_single_copy_bytes));
   s.shm_heap_bytes = static_cast<size_t>(tunables.shm_heap_bytes);
-  s.shm_allreduce_push_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_allreduce_push_bytes));
-  s.shm_reduce_single_copy_bytes = static_cast<size_t>(std::max<int64_t>(0, tunables.shm_reduce_single_copy_bytes));
-  s.shm_rooted_reduce_single_copy_bytes =
-      static_cast<size_t>(std::max<int64_t>(0, tunables.shm_rooted_reduce_single_copy_bytes));
-  s.shm_reducescatter_single_copy_bytes =
-      static_cast<size_t>(std::max<int64_t>(0, tunables.shm_reducescatter_single_copy_bytes));
+  s.shm = choose_shm_thresholds(tunables, ranks_on_host, std::max(1u, std::thread::hardware_concurrency()));
   s.spin_microseconds = tunables.spin_microseconds;
   s.spin_yields = tunables.spin_yields;
+  s.tunables = tunables;
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/tunables.h"
+#include "transport/shm_policy.h"
 #include "transport/transport.h"
 
 namespace horo {
@@ -19,22 +20,13 @@ class MpiTransport;
 struct TransportSettings {
   std::string mode = "mpi";  // auto | shm | mpi
   size_t shm_chunk_bytes = size_t(1) << 20;
-  size_t shm_small_bytes = 16384;
-  size_t shm_preload_bytes = 0;
-  int64_t shm_stream_bytes = 0;  // -1: auto (the shared-memory transport measures)
-  size_t shm_single_copy_bytes = 0;
-  size_t shm_broadcast_single_copy_bytes = 0;
-  size_t shm_rooted_share_bytes = 0;
-  size_t shm_exchange_single_copy_bytes = 0;
   size_t shm_heap_bytes = 0;
-  size_t shm_allreduce_push_bytes = 0;
-  size_t shm_reduce_single_copy_bytes = 0;
-  size_t shm_rooted_reduce_single_copy_bytes = 0;
-  size_t shm_reducescatter_single_copy_bytes = 0;
+  ShmThresholds shm;  // shm_policy.h
   int spin_microseconds = 0;
   bool spin_yields = true;
+  Tunables tunables;  // the rest, for the shared-memory policy's decisions
 
-  static TransportSettings from(const Tunables& tunables);
+  static TransportSettings from(const Tunables& tunables, int ranks_on_host);
 };
 
 // Collective over `mpi`'s communicator. Returns `mpi` itself or a transport

@@ -14,7 +14,7 @@ std::unique_ptr<Transport> make_world_transport(MPI_Comm ours, const ProcessInfo
                                                 std::string* description) {
   set_mpi_waits_may_sleep(info.cross_size == 1);
   peer_watch_start(ours, tunables.peer_timeout_seconds);
-  const TransportSettings settings = TransportSettings::from(tunables);
+  const TransportSettings settings = TransportSettings::from(tunables, info.local_size);
   auto flat = std::make_unique<MpiTransport>(ours, settings);
   // Every rank takes the same branch: the inputs are global agreements.
   int sizes[2] = {info.local_size, -info.local_size};  // max and -min of ranks per host

@@ -43,7 +43,7 @@ struct Response {
   // that refused the tensor at submission (they hold no tensor for it).
   std::vector<int64_t> per_rank;
   // Never on the wire: this cycle's control step carried every rank's input
-  // (Transport::preload), so the collective runs from there, alone.
+  // (ShmCapabilities::preload), so the collective runs from there, alone.
   bool preloaded = false;
 
   // Whether rank `rank`'s request is one this (cached) response answers:
