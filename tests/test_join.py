@@ -8,6 +8,7 @@ Each launch runs `mpirun -np N ... pytest tests/mpi/ranks_join.py` under a wall-
 timeout: a hang (e.g. a joined rank that stops standing in) fails the test.
 """
 import pytest
+from launcher import batched_launcher
 
 LAUNCH_TIMEOUT = 90
 CASES = [
@@ -23,7 +24,17 @@ CASES = [
 ]
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+# The first case at an np runs every selected case at that np: at most 2.
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_,variant,env", CASES, ids=[f"np{n}-{v}" for n, v, _ in CASES])
-def test_join_on_every_rank(ranks, np_, variant, env):
-    ranks(np_, "ranks_join.py", env=env, timeout=LAUNCH_TIMEOUT)
+def test_join_on_every_rank(launch, np_, variant, env):
+    launch(np_, variant)
+
+
+@pytest.fixture(scope="module")
+def launch(request):
+    """The cases selected at one np run one after another in one MPI job (launcher.run_variants)."""
+    cases = {variant: ("ranks_join.py", env) for _, variant, env in CASES}
+    params = lambda item: item.callspec.params  # noqa: E731
+    return batched_launcher(request, cases, lambda item: [(params(item)["np_"], params(item)["variant"])],
+                            LAUNCH_TIMEOUT)

@@ -8,6 +8,7 @@ Each launch runs `mpirun -np N ... pytest tests/mpi/ranks_process_sets.py` under
 wall-clock timeout: a hang fails the test with the ranks' output.
 """
 import pytest
+from launcher import batched_launcher
 
 LAUNCH_TIMEOUT = 120
 RING = {"HORO_ALLREDUCE_ALGO": "ring", "HORO_ALLGATHER_ALGO": "ring", "HORO_REDUCESCATTER_ALGO": "ring"}
@@ -23,10 +24,24 @@ CASES = [
 ]
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.fixture(scope="module")
+def launch(request):
+    """The cases selected at one np run one after another in one MPI job (launcher.run_variants)."""
+    cases = {variant: ("ranks_process_sets.py", env) for _, variant, env in CASES}
+
+    def launches_of(item):
+        if item.originalname != "test_process_sets_on_every_rank":
+            return []
+        return [(item.callspec.params["np_"], item.callspec.params["variant"])]
+
+    return batched_launcher(request, cases, launches_of, LAUNCH_TIMEOUT, select="not unnamed")
+
+
+# The first case at an np runs every selected case at that np: at most 2.
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_,variant,env", CASES, ids=[f"np{n}-{v}" for n, v, _ in CASES])
-def test_process_sets_on_every_rank(ranks, np_, variant, env):
-    ranks(np_, "ranks_process_sets.py", env=env, timeout=LAUNCH_TIMEOUT, select="not unnamed")
+def test_process_sets_on_every_rank(launch, np_, variant, env):
+    launch(np_, variant)
 
 
 # A stall on mismatched auto-generated names is turned into an error after 5 s instead of a hang.

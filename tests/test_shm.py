@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from launcher import REPO_ROOT, mpi_env, mpirun_command
+from launcher import REPO_ROOT, batched_launcher, mpi_env, mpirun_command
 
 SHM = {"HORO_TRANSPORT": "shm", "HORO_SHM_CHUNK_BYTES": "4096"}
 LAUNCH_TIMEOUT = 150
@@ -24,14 +24,31 @@ def horo_segments():
     return set(glob.glob("/dev/shm/horo-*"))
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.fixture(scope="module")
+def launch(request):
+    """The two matrices below at one np run one after another in one MPI job (launcher.run_variants):
+    `shm` is the first one's environment, the others are the second one's ids."""
+    cases = {"shm": ("ranks_shm.py", SHM)}
+    cases.update({name: ("ranks_shm.py", dict(SHM, **tunables)) for name, (_, tunables) in zip(HOW_IDS, HOW)})
+
+    def launches_of(item):
+        if item.originalname == "test_every_collective_on_shared_memory_matches_numpy":
+            return [(item.callspec.params["np_"], "shm")]
+        if item.originalname == "test_every_collective_matches_numpy_however_the_bytes_move":
+            return [(item.callspec.params["np_"], item.callspec.id)]
+        return []
+
+    return batched_launcher(request, cases, launches_of, LAUNCH_TIMEOUT, select="not exits and not differ_between_ranks")
+
+
+# The first test at an np runs every selected case of both matrices at that np: at most 8 (np=3).
+@pytest.mark.timeout(8 * LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("np_", [1, 2, 3, 4])
-def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
-    ranks(np_, "ranks_shm.py", env=SHM, timeout=LAUNCH_TIMEOUT, select="not exits and not differ_between_ranks")
+def test_every_collective_on_shared_memory_matches_numpy(launch, np_):
+    launch(np_, "shm")
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
-@pytest.mark.parametrize("np_,tunables", [
+HOW = [
     # With no heap (every output is private), from 1 byte up every broadcast/allgather/alltoall/
     # gather/scatter reads the senders' buffers directly (process_vm_readv) where the kernel
     # allows it, and every allreduce/reduce above one step reads its peers' inputs and writes
@@ -57,10 +74,15 @@ def test_every_collective_on_shared_memory_matches_numpy(ranks, np_):
     (3, {"HORO_SHM_ALLREDUCE_PUSH_BYTES": "1", "HORO_SHM_STREAM_BYTES": "1"}),
     # no inputs carried with the control step (cached collectives take their own steps).
     (3, {"HORO_SHM_PRELOAD_BYTES": "0"}),
-], ids=["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2", "small-heap-np3", "push-np3",
-        "streamed-push-np3", "unpreloaded-np3"])
-def test_every_collective_matches_numpy_however_the_bytes_move(ranks, np_, tunables):
-    ranks(np_, "ranks_shm.py", env=dict(SHM, **tunables), timeout=LAUNCH_TIMEOUT, select="not exits and not differ_between_ranks")
+]
+HOW_IDS = ["direct-np2", "direct-np3", "mixed-np3", "streamed-np3", "plain-np2", "small-heap-np3", "push-np3",
+           "streamed-push-np3", "unpreloaded-np3"]
+
+
+@pytest.mark.timeout(8 * LAUNCH_TIMEOUT + 30)
+@pytest.mark.parametrize("np_,tunables", HOW, ids=HOW_IDS)
+def test_every_collective_matches_numpy_however_the_bytes_move(launch, np_, tunables, request):
+    launch(np_, request.node.callspec.id)
 
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)

@@ -14,6 +14,7 @@ Each launch runs `mpirun -np N ... pytest tests/mpi/<suite>` under a wall-clock
 timeout: a hang (e.g. a rank waiting for a gradient another rank never sends) fails.
 """
 import pytest
+from launcher import batched_launcher
 
 LAUNCH_TIMEOUT = 150
 CASES = [
@@ -26,7 +27,21 @@ CASES = [
 ]
 
 
-@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
-@pytest.mark.parametrize("np_,suite", CASES, ids=[f"np{n}-{s[len('ranks_torch_'):-3]}" for n, s in CASES])
-def test_torch_on_every_rank(ranks, np_, suite):
-    ranks(np_, suite, timeout=LAUNCH_TIMEOUT)
+IDS = [f"np{n}-{s[len('ranks_torch_'):-3]}" for n, s in CASES]
+
+
+@pytest.fixture(scope="module")
+def launch(request):
+    """The suites selected at one np run one after another in one MPI job (launcher.run_variants),
+    which imports torch once per rank instead of once per suite."""
+    cases = {suite: (suite, {}) for _, suite in CASES}
+    params = lambda item: item.callspec.params  # noqa: E731
+    return batched_launcher(request, cases, lambda item: [(params(item)["np_"], params(item)["suite"])],
+                            LAUNCH_TIMEOUT)
+
+
+# The first case at an np runs both suites at that np.
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 30)
+@pytest.mark.parametrize("np_,suite", CASES, ids=IDS)
+def test_torch_on_every_rank(launch, np_, suite):
+    launch(np_, suite)
