@@ -15,16 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-
 import horo.torch as hvd
 from horo.torch.distributed.work import HoroWork
-
-
-def _point_to_point(what):
-    if not hasattr(hvd, "isend"):
-        raise NotImplementedError(f"horo backend: {what} needs horo's point-to-point (horo.torch.isend/irecv), "
-                                  f"which this horo build does not have")
-    return hvd
 
 
 def _staged(tensor, sending):
@@ -43,16 +35,14 @@ def _copy_back(tensor, staged):
 
 
 def send(pg, tensor, dst, tag):
-    p = _point_to_point("send")
     staged = _staged(tensor, sending=True)
-    handle = p.isend(staged, dst, tag=tag, process_set=pg.process_set)
+    handle = hvd.isend(staged, dst, tag=tag, process_set=pg.process_set)
     return HoroWork([handle], lambda _values: [tensor], [tensor], "send")
 
 
 def recv(pg, tensor, src, tag):
-    p = _point_to_point("recv")
     staged = _staged(tensor, sending=False)
-    handle = p.irecv(staged, src, tag=tag, process_set=pg.process_set)
+    handle = hvd.irecv(staged, src, tag=tag, process_set=pg.process_set)
 
     def finish(_values):
         _copy_back(tensor, staged)
@@ -63,7 +53,6 @@ def recv(pg, tensor, src, tag):
 
 def batch(pg, p2p_ops):
     """One horo batch for the ops (all on `pg`); returns [one Work], as torch's coalesced path does."""
-    p = _point_to_point("batch_isend_irecv")
     horo_ops, receives = [], []
     for op in p2p_ops:
         sending = op.op in (dist.isend, dist.send)
@@ -73,7 +62,7 @@ def batch(pg, p2p_ops):
         if not sending:
             receives.append((tensor, staged))
         horo_ops.append(hvd.P2POp("send" if sending else "recv", staged, peer, op.tag))
-    handle = p.batch_isend_irecv(horo_ops, process_set=pg.process_set)
+    handle = hvd.batch_isend_irecv(horo_ops, process_set=pg.process_set)
 
     def finish(_values):
         for tensor, staged in receives:
@@ -95,7 +84,7 @@ def install_batch():
 
         c10d._check_p2p_op_list(p2p_op_list)
         group = p2p_op_list[0].group or c10d._get_default_group()
-        if isinstance(group, ProcessGroupHoro) and hasattr(hvd, "batch_isend_irecv"):
+        if isinstance(group, ProcessGroupHoro):
             return batch(group, p2p_op_list)
         return original(p2p_op_list)
 
