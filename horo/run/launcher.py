@@ -216,7 +216,7 @@ def _run_with_srun(args, alloc):
     """srun --mpi=pmix: Slurm starts the ranks; the environment (tunables included) goes with them."""
     if not args.program:
         raise UsageError("no program to run (e.g. horo-run python train.py)")
-    srun = shutil.which("srun")
+    srun = shutil.which("srun") or ("srun" if args.dry_run else None)
     if srun is None:
         raise UsageError("--slurm-launch srun: no srun on PATH")
     num_proc = alloc.num_tasks if args.num_proc is None else args.num_proc
