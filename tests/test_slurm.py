@@ -315,3 +315,22 @@ def test_killed_slurmd_mid_job_ends_the_job_naming_the_host(slurm, launcher):
         while time.monotonic() < deadline and "h3" not in slurm.on("h1", "sinfo", "-h", "-N", "-t", "idle",
                                                                     "-o", "%N").stdout:
             time.sleep(0.5)
+
+
+@pytest.mark.timeout(180)
+def test_slurm_sh_down_stops_everything_and_is_idempotent(slurm):
+    # last in this file: it takes the module's cluster down (the fixture's own `down` then finds nothing)
+    pids = [int(p.read_text()) for p in (STATE / "slurm" / "run").glob("*.pid")]
+    holders = [int(p.read_text()) for p in STATE.glob("h*.pid")]
+    assert len(pids) == 4 and len(holders) == 3, (pids, holders)  # slurmctld + 3 slurmd
+    for _ in range(2):
+        down = subprocess.run(["bash", str(SLURM_SH), "down", "--name", NAME], capture_output=True, text=True,
+                              timeout=120)
+        assert down.returncode == 0, down.stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids + holders):
+        time.sleep(0.2)
+    left = [pid for pid in pids + holders if Path(f"/proc/{pid}").exists() and not _status(pid).startswith("Z")]
+    assert not left, [f"{pid}: {_status(pid)}" for pid in left]
+    assert not STATE.exists()
+    assert not any(name.startswith(NAME) for name in os.listdir("/sys/class/net")), os.listdir("/sys/class/net")
