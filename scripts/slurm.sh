@@ -196,11 +196,6 @@ cmd_up() {
        "scripts/slurm.sh exec h1 sbatch ... (logs: $sstate/log)" >&2
 }
 
-cmd_exec() {
-  [ "${#args[@]}" -ge 2 ] || die "exec needs HOST and a command"
-  exec bash "$here/cluster.sh" exec "${args[@]}" --name "$name"
-}
-
 [ $# -ge 1 ] || usage
 verb="$1"; shift
 case "$verb" in
