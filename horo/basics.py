@@ -13,6 +13,7 @@ def init(comm=None, process_sets=None):
     `process_sets` (horo.ProcessSet objects) are added right away, as by add_process_set.
     """
     if comm is None:
+        _refuse_slurm_singleton(before_mpi=True)
         _core.init()
     else:
         if not hasattr(comm, "py2f"):
@@ -31,14 +32,16 @@ def init(comm=None, process_sets=None):
             add_process_set(process_set)
 
 
-def _refuse_slurm_singleton():
+def _refuse_slurm_singleton(before_mpi=False):
     """N copies of a script started by plain `srun` each find a world of one and would train apart:
-    stop here, naming the launch that works, rather than run N unrelated jobs."""
+    stop here, naming the launch that works, rather than run N unrelated jobs. Before MPI starts where
+    the environment already says so (an MPI may abort in MPI_Init there, with a message of its own)."""
     from horo.run.slurm import singleton_error
 
-    message = singleton_error(_core.size())
+    message = singleton_error(None if before_mpi else _core.size())
     if message:
-        _core.shutdown()
+        if not before_mpi:
+            _core.shutdown()
         raise HoroError(message)
 
 

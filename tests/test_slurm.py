@@ -245,7 +245,8 @@ def test_plain_srun_without_pmix_is_refused_as_singletons(slurm):
     proc = slurm.on("h1", "srun", "--mpi=none", "-N", "3", "-n", "6", sys.executable, JOB, "topology", timeout=150)
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert "TOPOLOGY" not in proc.stdout, "a singleton ran on"
-    errors = re.findall(r"HoroError: horo.init\(\): this is task (\d) of 6 that srun started.*independent copies",
+    errors = re.findall(r"HoroError: horo.init\(\): this is task (\d) of 6 that srun started.*MPI plugin 'none'.*"
+                        r"independent copies",
                         proc.stderr)
     assert sorted(errors) == [str(r) for r in range(6)], proc.stderr[-3000:]
     assert "srun --mpi=pmix python train.py" in proc.stderr and "horo-run python train.py" in proc.stderr

@@ -82,7 +82,7 @@ def test_init_refuses_a_singleton_that_srun_started_as_one_of_several_tasks():
     code = "import horo\ntry:\n    horo.init()\nexcept horo.HoroError as e:\n    print(e)\n    raise SystemExit(3)\n"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "this is task 2 of 4 that srun started in Slurm job 42" in proc.stdout, proc.stdout
+    assert "this is task 2 of 4 that srun started in Slurm job 42 with MPI plugin 'none'" in proc.stdout, proc.stdout
     assert "`srun --mpi=pmix python train.py`" in proc.stdout and "`horo-run python train.py`" in proc.stdout
     # the batch script itself (no step) with more than one task allotted
     proc = subprocess.run([sys.executable, "-c", code], env=clean_env(ALLOC), capture_output=True, text=True,
@@ -98,6 +98,11 @@ def test_init_refuses_a_singleton_that_srun_started_as_one_of_several_tasks():
 def test_singleton_rule_trusts_a_launcher_that_says_the_world_is_one():
     step = {**ALLOC, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "3"}
     assert slurm.singleton_error(1, step)
+    # before MPI starts: plain srun is refused, a PMI plugin's task is left to MPI to join
+    assert slurm.singleton_error(None, {**step, "SLURM_MPI_TYPE": "none"})
+    assert slurm.singleton_error(None, {**step, "SLURM_MPI_TYPE": "pmix", "PMIX_RANK": "0"}) is None
+    assert slurm.singleton_error(None, {**step, "SLURM_MPI_TYPE": "none", "OMPI_COMM_WORLD_SIZE": "3"}) is None
+    assert slurm.singleton_error(None, ALLOC) is None  # the batch script: only MPI's world size tells
     assert slurm.singleton_error(1, {**step, "OMPI_COMM_WORLD_SIZE": "1"}) is None  # mpirun -np 1 in a job
     assert slurm.singleton_error(3, step) is None
     assert slurm.singleton_error(1, {}) is None
@@ -114,7 +119,7 @@ def test_local_rank_from_slurm_localid_only_where_mpi_finds_no_neighbours():
 
 def test_choose_launcher_says_why():
     assert slurm.choose_launcher("mpirun", "openmpi", "")[0] == "mpirun"
-    launcher, why = slurm.choose_launcher("auto", "openmpi", "mpirun (Open MPI) 4.1.4")
-    assert launcher == "mpirun" and "not Open MPI >= 5" in why
+    launcher, why = slurm.choose_launcher("auto", "openmpi", "mpirun (Open MPI) 3.1.6")
+    assert launcher == "mpirun" and "not Open MPI >= 4" in why
     launcher, why = slurm.choose_launcher("auto", "mpich", "HYDRA build details")
     assert launcher == "mpirun"

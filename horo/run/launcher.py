@@ -52,7 +52,7 @@ def make_parser(core_rows):
                         help="inside a Slurm allocation with no -H/--hostfile: start the ranks with "
                         "`srun --mpi=pmix` (Slurm's pmix plugin and an MPI that speaks PMIx) or with mpirun on the "
                         "allocated hosts (Open MPI starts its daemons through srun); auto (default): srun where "
-                        "Slurm has pmix and the MPI is Open MPI >= 5, else mpirun")
+                        "Slurm has pmix and the MPI is Open MPI >= 4, else mpirun")
     parser.add_argument("--no-slurm", action="store_true",
                         help="ignore a Slurm allocation around horo-run (run on this machine as outside Slurm)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")

