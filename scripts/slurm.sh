@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A real Slurm (Debian's slurm-wlm: slurmctld + slurmd) on the namespaced hosts of scripts/cluster.sh.
 #
-#   scripts/slurm.sh up N [--tasks K] [--name horos]   hosts h1..hN, slurmctld on h1, slurmd on every host
-#                                                      with K CPUs (task slots) each (default 2); remakes it
+#   scripts/slurm.sh up N [--tasks K] [--name horos] [--accounting]
+#                                                      hosts h1..hN, slurmctld on h1, slurmd on every host
+#                                                      with K CPUs (task slots) each (default 2); remakes it;
+#                                                      --accounting: slurmdbd + MariaDB on h1, for sacct
 #   scripts/slurm.sh down [--name horos]               stop the daemons and remove the hosts (safe to repeat)
 #   scripts/slurm.sh exec HOST cmd...                  run cmd on HOST, e.g. `exec h1 sbatch job.sbatch`
 #                                                      (cluster HORO_SLURM_NAME, default horos)
@@ -12,7 +14,8 @@
 # naming h1..hN, bind-mounted over the machine's, so sbatch/srun/salloc run on a host (`exec`) need no
 # flags and nothing outside the namespaces changes. Authentication is auth/none + cred/none (no munge
 # daemon to run: every host is this machine, as root); processes are tracked by process group, no cgroups.
-# Installs slurm-wlm and libpmix-dev (Slurm's mpi/pmix plugin loads libpmix.so) with apt-get where missing.
+# Installs slurm-wlm and libpmix-dev (Slurm's mpi/pmix plugin loads libpmix.so) with apt-get where missing
+# (--accounting: slurmdbd and mariadb-server too; MariaDB listens on a socket in h1's namespace only).
 # Needs root; state (config, spool, logs) lives in $HORO_CLUSTER_STATE/<name>/slurm.
 set -euo pipefail
 
@@ -20,10 +23,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 state_root="${HORO_CLUSTER_STATE:-/run/horo-cluster}"
 
 die() { echo "slurm.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 name=horos
 tasks=2
+accounting=0
 args=()
 parse() {
   while [ $# -gt 0 ]; do
@@ -32,6 +36,7 @@ parse() {
       --name=*) name="${1#--name=}"; shift ;;
       --tasks) tasks="${2:?--tasks needs a count}"; shift 2 ;;
       --tasks=*) tasks="${1#--tasks=}"; shift ;;
+      --accounting) accounting=1; shift ;;
       *) args+=("$1"); shift ;;
     esac
   done
@@ -49,6 +54,10 @@ install_slurm() {
   command -v slurmd >/dev/null || missing+=(slurmd)
   command -v sbatch >/dev/null || missing+=(slurm-client)
   compgen -G "/usr/lib/*/libpmix.so" >/dev/null || compgen -G "/usr/lib/libpmix.so" >/dev/null || missing+=(libpmix-dev)
+  if [ "$accounting" = 1 ]; then
+    command -v slurmdbd >/dev/null || missing+=(slurmdbd)
+    command -v mariadbd >/dev/null || missing+=(mariadb-server)
+  fi
   [ "${#missing[@]}" -eq 0 ] && return 0
   command -v apt-get >/dev/null || die "Slurm is not installed (${missing[*]}) and there is no apt-get to install it"
   echo "slurm.sh: apt-get install ${missing[*]}" >&2
@@ -69,7 +78,7 @@ stop_daemons() {
     [ -e "$f" ] || continue
     pid="$(cat "$f" 2>/dev/null || true)"
     if [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] &&
-       tr '\0' ' ' <"/proc/$pid/cmdline" | grep -Eq "slurm(ctld|d) .*$sstate"; then
+       tr '\0' ' ' <"/proc/$pid/cmdline" | grep -Eq "(slurm(ctld|d) |mariadbd ).*$sstate|^slurmdbd"; then
       kill "$pid" 2>/dev/null || true
     fi
   done
@@ -77,7 +86,8 @@ stop_daemons() {
     [ -e "$f" ] || continue
     pid="$(cat "$f" 2>/dev/null || true)"
     for _ in $(seq 50); do [ -n "$pid" ] && [ -d "/proc/$pid" ] || break; sleep 0.1; done
-    [ -n "$pid" ] && [ -d "/proc/$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -Eq "slurm(ctld|d) .*$sstate" &&
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] &&
+      tr '\0' ' ' <"/proc/$pid/cmdline" | grep -Eq "(slurm(ctld|d) |mariadbd ).*$sstate|^slurmdbd" &&
       kill -9 "$pid" 2>/dev/null || true
     rm -f "$f"
   done
@@ -131,7 +141,12 @@ MpiDefault=none
 ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(if [ "$accounting" = 1 ]; then
+    echo "AccountingStorageType=accounting_storage/slurmdbd"
+    echo "AccountingStorageHost=h1"
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi)
 JobCompType=jobcomp/filetxt
 JobCompLoc=$sstate/log/jobcomp.txt
 SchedulerType=sched/builtin
@@ -163,6 +178,38 @@ EOF
   cp /etc/slurm/plugstack.conf "$sstate/etc/" 2>/dev/null || : >"$sstate/etc/plugstack.conf"
 }
 
+# slurmdbd on h1 with its MariaDB (a socket in h1's own /run/mysqld, no TCP port), for sacct.
+start_accounting() {
+  local net="$1"
+  mkdir -p "$sstate/db" "$sstate/mysqld" /run/mysqld
+  on h1 mount --bind "$sstate/mysqld" /run/mysqld
+  mariadb-install-db --user=root --datadir="$sstate/db" --skip-test-db >"$sstate/log/mariadb-install.log" 2>&1 ||
+    die "mariadb-install-db failed: $(tail -n 5 "$sstate/log/mariadb-install.log")"
+  on h1 sh -c "setsid mariadbd --user=root --datadir='$sstate/db' --skip-networking \
+      --socket=/run/mysqld/mysqld.sock --pid-file='$sstate/run/mariadb.pid' \
+      --log-error='$sstate/log/mariadb.log' </dev/null >/dev/null 2>&1 &"
+  for _ in $(seq 120); do [ -S "$sstate/mysqld/mysqld.sock" ] && break; sleep 0.25; done
+  [ -S "$sstate/mysqld/mysqld.sock" ] || die "MariaDB did not start: $(tail -n 5 "$sstate/log/mariadb.log")"
+  cat >"$sstate/etc/slurmdbd.conf" <<DBD
+AuthType=auth/none
+DbdHost=h1
+DbdAddr=$net.1
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+PidFile=$sstate/run/slurmdbd.pid
+LogFile=$sstate/log/slurmdbd.log
+DBD
+  chmod 600 "$sstate/etc/slurmdbd.conf"
+  on h1 slurmdbd || die "slurmdbd did not start: $(tail -n 5 "$sstate/log/slurmdbd.log" 2>/dev/null)"
+  for _ in $(seq 120); do on h1 sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 0.25; done
+  on h1 sacctmgr -i add cluster "$name" >/dev/null 2>&1 || true
+  on h1 sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "$name" ||
+    die "slurmdbd does not answer (logs: $sstate/log/slurmdbd.log)"
+}
+
 cmd_up() {
   local n="${args[0]:-}"
   [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 32 ] || die "up needs a host count 1..32"
@@ -179,6 +226,7 @@ cmd_up() {
     on "h$i" sh -c "mount --bind '$sstate/etc' /etc/slurm && mount --bind '$sstate/hosts' /etc/hosts && \
                        mount --bind '$sstate/tmp/h$i' '$sstate/nodetmp'"
   done
+  if [ "$accounting" = 1 ]; then start_accounting "$net"; fi
   on h1 slurmctld -f "$sstate/etc/slurm.conf" || die "slurmctld did not start: $(tail -n 5 "$sstate/log/slurmctld.log" 2>/dev/null)"
   for i in $(seq "$n"); do
     on "h$i" slurmd -N "h$i" -f "$sstate/etc/slurm.conf" ||
@@ -192,7 +240,7 @@ cmd_up() {
     sleep 0.5
   done
   [ "$idle" -ge "$n" ] || { on h1 sinfo -N >&2 || true; die "only $idle of $n nodes came up idle (logs: $sstate/log)"; }
-  echo "slurm '$name': slurmctld on h1, slurmd on h1..h$n ($tasks CPUs each); submit with" \
+  echo "slurm '$name': slurmctld$([ "$accounting" = 1 ] && echo ' + slurmdbd') on h1, slurmd on h1..h$n ($tasks CPUs each); submit with" \
        "scripts/slurm.sh exec h1 sbatch ... (logs: $sstate/log)" >&2
 }
 
