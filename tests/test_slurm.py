@@ -26,6 +26,8 @@ JOB = REPO_ROOT / "tests" / "mpi" / "slurm_job.py"
 NAME = "horost"  # its own cluster: a developer's `horos` Slurm or `horoc`/`horot` clusters are left alone
 STATE = Path(os.environ.get("HORO_CLUSTER_STATE", "/run/horo-cluster")) / NAME
 HORO_RUN = str(Path(sys.executable).parent / "horo-run")
+# the cluster's own long-lived processes (slurmctld's helper shows as ": slurmscriptd")
+DAEMONS = re.compile(r"^\W*\S*(slurm(ctld|d|dbd|scriptd)|mariadbd)\b")
 # rank -> (host, local_rank, cross_rank), as `mpirun -H h1:2,h2:2,h3:2 --map-by slot` places them
 EXPECTED_MAP = [(f"h{r // 2 + 1}", r % 2, r // 2) for r in range(6)]
 
@@ -108,7 +110,7 @@ class Slurm:
         return lines[-1] if lines else ""
 
     def procs_left_on_hosts(self):
-        """Processes in the hosts' network namespaces other than the holders and Slurm's daemons."""
+        """Processes in the hosts' network namespaces other than the holders and the cluster's daemons."""
         ours = {}
         for pidfile in STATE.glob("h*.pid"):
             holder = pidfile.read_text().strip()
@@ -125,7 +127,7 @@ class Slurm:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             except OSError:
                 continue
-            if ns in ours and entry.name != ours[ns][1] and not re.search(r"^\W*\S*slurm(ctld|d|scriptd)\b", cmdline):
+            if ns in ours and entry.name != ours[ns][1] and not DAEMONS.search(cmdline):
                 left.append(f"{ours[ns][0]} pid {entry.name}: {cmdline[:120]}")
         return left
 
