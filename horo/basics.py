@@ -2,6 +2,7 @@
 import atexit
 
 from horo._native import _core
+from horo.errors import HoroError
 
 
 def init(comm=None, process_sets=None):
@@ -12,11 +13,14 @@ def init(comm=None, process_sets=None):
     `process_sets` (horo.ProcessSet objects) are added right away, as by add_process_set.
     """
     if comm is None:
+        _refuse_slurm_singleton(before_mpi=True)
         _core.init()
     else:
         if not hasattr(comm, "py2f"):
             raise TypeError(f"horo.init(comm=...) takes an mpi4py communicator, not {type(comm).__name__}")
         _core.init(comm.py2f())
+    if comm is None:
+        _refuse_slurm_singleton()
     if _core.rank() == 0:  # once per job, not once per rank
         from horo.environment import warn_about_unknown_names
 
@@ -26,6 +30,19 @@ def init(comm=None, process_sets=None):
 
         for process_set in process_sets:
             add_process_set(process_set)
+
+
+def _refuse_slurm_singleton(before_mpi=False):
+    """N copies of a script started by plain `srun` each find a world of one and would train apart:
+    stop here, naming the launch that works, rather than run N unrelated jobs. Before MPI starts where
+    the environment already says so (an MPI may abort in MPI_Init there, with a message of its own)."""
+    from horo.run.slurm import singleton_error
+
+    message = singleton_error(None if before_mpi else _core.size())
+    if message:
+        if not before_mpi:
+            _core.shutdown()
+        raise HoroError(message)
 
 
 def shutdown():
@@ -53,7 +70,11 @@ def local_size():
 
 
 def local_rank():
-    return _core.local_rank()
+    """This rank's index among the ranks on its host, for GPU binding. MPI's, or Slurm's SLURM_LOCALID
+    where MPI found no neighbours on the host but Slurm placed several of this step's tasks there."""
+    from horo.run.slurm import slurm_local_rank
+
+    return slurm_local_rank(_core.local_rank(), _core.local_size(), _core.size())
 
 
 def cross_size():

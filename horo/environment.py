@@ -28,6 +28,7 @@ NON_CORE_NAMES = {
     "HORO_CACHE_DIR": "where the TensorFlow op library is built and cached",
     "HORO_CLUSTER_NAME": "scripts/cluster.sh: the namespaced test cluster's name",
     "HORO_CLUSTER_HOSTS": "scripts/cluster.sh: the namespaced test cluster's hosts",
+    "HORO_SLURM_NAME": "scripts/slurm.sh: the local Slurm cluster's name",
     "HORO_CLUSTER_STATE": "scripts/cluster.sh: where the test cluster keeps its state",
 }
 NON_CORE_PREFIXES = ("HORO_TEST_",)

@@ -154,6 +154,14 @@ def _exit_status(returncode):
     return 128 - returncode if returncode < 0 else returncode
 
 
+_received = []  # signals horo-run was sent while its launcher ran
+
+
+def signalled():
+    """Whether horo-run was sent SIGTERM/SIGHUP/SIGINT during the last run_job."""
+    return bool(_received)
+
+
 def _forward_signals(proc):
     """SIGTERM/SIGHUP/SIGINT sent to horo-run go on to mpirun, which stops the ranks.
 
@@ -162,6 +170,7 @@ def _forward_signals(proc):
     """
 
     def forward(signum, _frame):
+        _received.append(signum)
         if signum == signal.SIGINT and _in_terminal_foreground():
             return
         try:
@@ -180,17 +189,23 @@ def _in_terminal_foreground():
         return False
 
 
-def run_job(argv, env):
-    """Runs argv; returns the exit status horo-run should exit with."""
+def run_job(argv, env, on_signal=None):
+    """Runs argv; returns the exit status horo-run should exit with. `on_signal()` is called once, soon
+    after horo-run is first sent SIGTERM/SIGHUP/SIGINT (inside Slurm: say why the job is ending while the
+    launcher still winds down, as Slurm kills what is left soon after)."""
     try:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
     except OSError as e:
         print(f"horo-run: cannot start {argv[0]}: {e.strerror}", file=sys.stderr)
         return 127
+    _received.clear()
     _forward_signals(proc)
     parser = FailureParser()
     stderr_fd = proc.stderr.fileno()
     while True:
+        if _received and on_signal is not None:
+            on_signal()
+            on_signal = None
         # Not until EOF alone: a daemon on a host mpirun lost holds the pipe open after mpirun exits.
         exited = proc.poll() is not None
         try:

@@ -4,6 +4,7 @@
     horo-run -np 4 -H host1:2,host2:2 --fusion-threshold-mb 32 python train.py
     horo-run -np 8 --hostfile hosts.txt --dry-run python train.py
     horo-run --check-build
+    horo-run python train.py                 (inside sbatch/salloc: the allocation's hosts and tasks)
 
 A thin wrapper: it builds one mpirun/mpiexec command (printed by --dry-run and
 --verbose), runs it, and exits with the failed rank's exit code. Plain
@@ -12,9 +13,10 @@ A thin wrapper: it builds one mpirun/mpiexec command (printed by --dry-run and
 import argparse
 import os
 import shlex
+import shutil
 import sys
 
-from horo.run import check_build, command, hosts, job, lost_host, mpi_flavor, tunable_flags
+from horo.run import check_build, command, hosts, job, lost_host, mpi_flavor, slurm, tunable_flags
 
 
 class UsageError(Exception):
@@ -46,6 +48,13 @@ def make_parser(core_rows):
                         help="the launcher's command-line dialect (default: from `mpirun --version`)")
     parser.add_argument("--mpi-args", default="", metavar="ARGS",
                         help="extra arguments passed to mpirun as they are (one string, shell-split)")
+    parser.add_argument("--slurm-launch", choices=slurm.LAUNCHERS, default="auto",
+                        help="inside a Slurm allocation with no -H/--hostfile: start the ranks with "
+                        "`srun --mpi=pmix` (Slurm's pmix plugin and an MPI that speaks PMIx) or with mpirun on the "
+                        "allocated hosts (Open MPI starts its daemons through srun); auto (default): srun where "
+                        "Slurm has pmix and the MPI is Open MPI >= 4, else mpirun")
+    parser.add_argument("--no-slurm", action="store_true",
+                        help="ignore a Slurm allocation around horo-run (run on this machine as outside Slurm)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the command, then run it")
     parser.add_argument("--mpi", action="store_true", help="accepted for horovodrun compatibility (MPI is the "
@@ -83,6 +92,20 @@ def _flavor_and_mpirun(args):
     return mpirun, flavor
 
 
+def slurm_allocation(args, env=None):
+    """The Slurm allocation horo-run launches into: only when no hosts are named and not --no-slurm."""
+    env = os.environ if env is None else env
+    if args.no_slurm or args.hosts or args.hostfile or not slurm.in_allocation(env):
+        return None
+    if slurm.in_step(env) and (slurm.expected_tasks(env) or 1) > 1:
+        raise UsageError(f"horo-run is running as one of {slurm.expected_tasks(env)} tasks of an srun step: run "
+                         "horo-run once (in the batch script or salloc's shell), and it starts every rank")
+    try:
+        return slurm.allocation(env)
+    except slurm.SlurmError as e:
+        raise UsageError(f"cannot read the Slurm allocation: {e} (pass -np and -H, or --no-slurm)") from None
+
+
 def spec_from_args(args, env=None, as_root=None, local_slots=None):
     """The LaunchSpec for parsed arguments; env/as_root/local_slots default to this machine's."""
     if not args.program:
@@ -90,6 +113,10 @@ def spec_from_args(args, env=None, as_root=None, local_slots=None):
     host_list = hosts.parse_host_list(args.hosts) if args.hosts else None
     hostfile = hosts.parse_hostfile(args.hostfile) if args.hostfile else None
     num_proc = args.num_proc
+    alloc = slurm_allocation(args, env)
+    if alloc is not None:
+        host_list = list(alloc.hosts)
+        num_proc = alloc.num_tasks if num_proc is None else num_proc
     if num_proc is None:
         if not (host_list or hostfile):
             raise UsageError("-np is required when no hosts are given")
@@ -123,12 +150,29 @@ def main(argv=None):
 
     if args.check_build:
         sys.stdout.write(check_build.report(args.mpirun or mpi_flavor.find_mpirun()))
-        if args.num_proc is None and not (args.hosts or args.hostfile):
+        try:
+            alloc = slurm_allocation(args)
+            launcher, why = _slurm_launcher(args) if alloc else (None, "")
+        except UsageError as e:
+            print(f"horo-run: error: {e}", file=sys.stderr)
+            return 2
+        if alloc is not None:
+            print("\n" + "\n".join(slurm.describe(alloc, launcher, args.mpirun or mpi_flavor.find_mpirun(), why)))
+        elif slurm.in_allocation():
+            print("\nSlurm:\n    [ ] allocation ignored (" + ("--no-slurm" if args.no_slurm else "hosts named") + ")")
+        if args.num_proc is None and not (args.hosts or args.hostfile or alloc):
             return 0
         sys.stdout.flush()
         # with ranks to place, also run them once and show the topology horo finds
         args.program = [sys.executable, "-m", "horo.run.topology"]
     try:
+        alloc = slurm_allocation(args)
+        if alloc is not None:
+            launcher, why = _slurm_launcher(args)
+            if args.verbose:
+                print(f"horo-run: Slurm job {alloc.job_id}: launching with {launcher}: {why}", file=sys.stderr)
+            if launcher == "srun":
+                return _run_with_srun(args, alloc)
         spec = spec_from_args(args)
         cmd = command.build_command(spec)
     except (UsageError, hosts.HostSpecError) as e:
@@ -142,7 +186,52 @@ def main(argv=None):
     env = spec.env
     if spec.flavor == command.OPENMPI:
         env = {**env, **lost_host.keepalive_env(env, spec.tunable_env)}
-    return job.run_job(cmd, env)
+    if alloc is None:
+        return job.run_job(cmd, env)
+    segments = slurm.mpi_segments()
+    explained = []
+    status = job.run_job(cmd, env, on_signal=lambda: explained.append(_explain_slurm_end(alloc)))
+    if status != 0:
+        if not explained:
+            _explain_slurm_end(alloc)
+        # Slurm signals the ranks on this node along with mpirun, which then cannot clean up after them
+        slurm.remove_orphaned_mpi_segments(segments)
+    return status
+
+
+def _slurm_launcher(args):
+    if args.slurm_launch != "auto":
+        return slurm.choose_launcher(args.slurm_launch, None, "")
+    mpirun, flavor = _flavor_and_mpirun(args)
+    return slurm.choose_launcher("auto", flavor, mpi_flavor.version_text(mpirun) if mpirun else "")
+
+
+def _explain_slurm_end(alloc):
+    reason = slurm.job_end_reason(alloc.job_id, [h.name for h in alloc.hosts], signalled=job.signalled())
+    if reason:
+        print(reason, file=sys.stderr, flush=True)
+
+
+def _run_with_srun(args, alloc):
+    """srun --mpi=pmix: Slurm starts the ranks; the environment (tunables included) goes with them."""
+    if not args.program:
+        raise UsageError("no program to run (e.g. horo-run python train.py)")
+    srun = shutil.which("srun") or ("srun" if args.dry_run else None)
+    if srun is None:
+        raise UsageError("--slurm-launch srun: no srun on PATH")
+    num_proc = alloc.num_tasks if args.num_proc is None else args.num_proc
+    cmd = slurm.srun_command(num_proc, args.program, srun, nodes=len(alloc.hosts) if args.num_proc is None else None)
+    if args.dry_run:
+        print(command.shell_quote(cmd), flush=True)
+        return 0
+    if args.verbose:
+        print(command.shell_quote(cmd), file=sys.stderr, flush=True)
+    explained = []
+    status = job.run_job(cmd, {**os.environ, **tunable_flags.tunable_env(args)},
+                         on_signal=lambda: explained.append(_explain_slurm_end(alloc)))
+    if status != 0 and not explained:
+        _explain_slurm_end(alloc)
+    return status
 
 
 if __name__ == "__main__":
