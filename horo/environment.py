@@ -30,7 +30,7 @@ NON_CORE_NAMES = {
     "HORO_CLUSTER_HOSTS": "scripts/cluster.sh: the namespaced test cluster's hosts",
     "HORO_CLUSTER_STATE": "scripts/cluster.sh: where the test cluster keeps its state",
 }
-NON_CORE_PREFIXES = ("HORO_TEST_",)
+NON_CORE_PREFIXES = ("HORO_TEST_", "HORO_ELASTIC_")  # HORO_ELASTIC_*: horo-run's elastic driver to its ranks
 
 # Horovod's variables that have no meaning in horo (its autotuner, other controllers, GPU
 # knobs of Horovod's own CUDA path): honoured by Horovod, ignored here, so say so.
