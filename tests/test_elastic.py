@@ -36,9 +36,7 @@ class ElasticJob:
         self.set_hosts(hosts)
         self.result = tmp_path / "result.json"
         cmd = [HORO_RUN, *flags, "--host-discovery-script", f"cat {self.hosts_file}",
-               sys.executable, *python_args, str(job), *job_args]
-        if job == JOB:
-            cmd += ["--result", str(self.result)]
+               sys.executable, *python_args, str(job), *job_args, "--result", str(self.result)]
         env = env or mpi_env()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         self.start = time.monotonic()
@@ -304,3 +302,19 @@ def test_run_outside_an_elastic_launch_calls_the_function_once(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "4 [3]"
+
+
+@pytest.mark.timeout(300)
+def test_keras_job_resumes_from_the_last_commit_after_a_killed_rank(tmp_path):
+    job = ElasticJob(tmp_path, ["localhost:2", "127.0.0.1:1"], ["-np", "3", "--min-np", "2"],
+                     ["--step-seconds", "0.3", "--epochs", "3"], job=REPO_ROOT / "tests" / "jobs" / "elastic_keras_job.py")
+    job.wait_for(r"^committed epoch 1 batch 0$", timeout=240)
+    os.kill(job.rank_pids(0)[2], signal.SIGKILL)
+    _, resumed = job.wait_for(r"^launch 1: resuming at epoch (\d+) batch (\d+) of size (\d+)", timeout=180)
+    rc = job.finish(timeout=180)
+    text = job.text()
+    assert rc == 0, f"horo-run exited {rc}:\n{text[-5000:]}"
+    assert int(resumed.group(1)) >= 1 and int(resumed.group(3)) == 2
+    result = json.loads(job.result.read_text())
+    assert result["all_equal"] and result["epoch"] == 3 and result["size"] == 2, result
+    job.assert_nothing_left()
