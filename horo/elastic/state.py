@@ -6,7 +6,9 @@ driver, which holds it in memory: when ranks die or hosts change, the driver rel
 and the new ranks start from it (see horo.elastic.run). Nothing is written to disk.
 """
 import copy
+import os
 import pickle
+import socket
 
 from horo import basics
 from horo.elastic import driver_link
@@ -68,6 +70,8 @@ class State:
         """At the start of an elastic launch: rank 0 fetches the last commit from the driver (none at the
         first launch), then, after a relaunch, the reset callbacks run, then every rank takes rank 0's state."""
         link = driver_link.link()
+        # Every rank says hello and keeps the connection: the driver sees at once which rank died first.
+        link.request("hello", rank=self._rank(), host=socket.gethostname(), pid=os.getpid())
         if self._rank() == 0:
             _, data = link.request("fetch")
             if data:

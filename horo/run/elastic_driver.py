@@ -5,7 +5,7 @@ and relaunches it when a rank fails or the hosts change, with the last commit he
       rank 0 fetches the last commit from the driver; every rank takes it (horo.elastic.State)
       each commit: rank 0 hands the serialised state over; the answer says whether hosts changed
     mpirun exits:
-      0, no change pending       -> the job is done
+      0, no change pending, no failure named -> the job is done
       0 after a change was told  -> relaunch on the new hosts (a reset)
       a failure                  -> blacklist the failed rank's host, relaunch on what is left (a reset)
     fewer than --min-np slots for --elastic-timeout, or more than --reset-limit resets -> fail, saying why
@@ -31,7 +31,7 @@ from horo.run.job import FailureParser, _exit_status, _write_all
 
 # "no answer from ranks 4, 5 on host h3; rank 1 on host h2 within 5 s ..." (csrc/transport/peer_watch.cc)
 _UNANSWERED = re.compile(r"no answer from (.*?) within ")
-_ON_HOST = re.compile(r"on host (\S+?)(?:;|$)")
+_RANKS_ON_HOST = re.compile(r"ranks? ([\d, ]+) on host ")
 
 
 class ElasticError(Exception):
@@ -157,22 +157,30 @@ class ElasticDriver:
         return status, parser.failure
 
     def _failed_hosts(self, failure):
-        """The hosts to blacklist for a failed launch."""
-        if failure is None:
-            return []
-        if failure.rank is None:
-            return [failure.host] if failure.host else []
-        if failure.exit_code == EXIT_PEER_LOST or failure.aborted_on_lost_peer:
-            # A survivor left first: blame the peers it reported, not its own host.
-            named = []
-            for generation, _, _, message in self.server.peer_reports:
-                m = _UNANSWERED.search(message) if generation == self.generation else None
-                for host in _ON_HOST.findall(m.group(1)) if m else ():
-                    if host not in named:
+        """The hosts to blacklist for a failed launch, from the most specific evidence there is."""
+        if failure is not None and failure.rank is not None and failure.signal is not None:
+            return [_host_of_rank(self.planned, failure.rank)]  # the launcher saw it killed
+        if failure is not None and failure.rank is None and failure.host:
+            return [failure.host]  # the launcher lost that host, or a rank lost its peer there
+        # Ranks that timed out on stopped or unreachable peers name them (peer_watch.cc's message).
+        named = []
+        for generation, _, _, message in self.server.peer_reports:
+            m = _UNANSWERED.search(message) if generation == self.generation else None
+            for ranks in _RANKS_ON_HOST.findall(m.group(1)) if m else ():
+                for rank in ranks.replace(",", " ").split():
+                    host = _host_of_rank(self.planned, int(rank))
+                    if host and host not in named:
                         named.append(host)
+        if named:
             return named
-        host = _host_of_rank(self.planned, failure.rank)
-        return [host] if host else []
+        # The first rank whose process ended: the survivors' connections close only after it.
+        first = self.server.first_departure(self.generation)
+        if first is not None:
+            return [_host_of_rank(self.planned, first[1])]
+        if failure is not None and failure.rank is not None and failure.exit_code != EXIT_PEER_LOST \
+                and not failure.aborted_on_lost_peer:
+            return [_host_of_rank(self.planned, failure.rank)]
+        return []
 
     # -- the job -----------------------------------------------------------------------------------
 
@@ -214,11 +222,12 @@ class ElasticDriver:
             status, failure = self._launch(cmd, env)
             if self._stopping:
                 return 128 + self._stopping
-            if status == 0 and self._interrupted != self.generation:
+            # Open MPI 5 exits 0 after losing a host's daemon: a failure its output names counts, whatever the status.
+            if status == 0 and failure is None and self._interrupted != self.generation:
                 say(f"launch {self.generation} finished: the job is done ({self.server.commits} commits, "
                     f"{self.resets} reset{'s' if self.resets != 1 else ''})")
                 return 0
-            if status == 0 or (self._interrupted == self.generation and failure is None):
+            if failure is None and (status == 0 or self._interrupted == self.generation):
                 why = "the hosts changed"
             else:
                 why = failure.summary().removeprefix("horo-run: ") if failure else \

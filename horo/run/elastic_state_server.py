@@ -5,6 +5,9 @@ state in memory and answers, at each commit, whether the hosts changed.
     commit     <- rank 0's serialised state; -> {"hosts_updated": bool}
     hosts      -> {"hosts_updated": bool}
     peer_lost  <- a rank's report that a peer failed (the message names the peers' hosts)
+    hello      <- every rank, at its start; its connection then stays open, so a rank that dies is seen
+                  at once (the kernel closes its socket): the first rank to go names the failed host when
+                  the launcher cannot (Open MPI's "Socket closed" abort, reported for a survivor)
 
 A request from a launch other than the current one is refused, so a rank of an ending launch
 cannot overwrite what the new one resumes from.
@@ -52,6 +55,7 @@ class StateServer:
         self.generation = 0
         self.commits = 0  # commits received over the whole job
         self.peer_reports = []  # (generation, rank, host, message)
+        self.departures = []  # (clock time, generation, rank): connections that closed, in order
         self.last_commit_time = None
         self._hosts_updated = hosts_updated
         self._state = b""
@@ -62,11 +66,17 @@ class StateServer:
         class Handler(socketserver.BaseRequestHandler):
             def handle(self):
                 self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.rank = None
                 while True:
                     try:
                         header, payload = recv_message(self.request, accept=server._accept)
                     except (WireError, OSError, _Refused):
+                        if self.rank is not None:
+                            with server._lock:
+                                server.departures.append((time.monotonic(), self.generation, self.rank))
                         return
+                    if header.get("op") == "hello" and isinstance(header.get("rank"), int):
+                        self.rank, self.generation = header["rank"], header.get("generation")
                     try:
                         answer, data = server._answer(header, payload)
                     except _Refused as e:
@@ -100,6 +110,14 @@ class StateServer:
     def wait_fetched(self, timeout):
         return self._fetched.wait(timeout)
 
+    def first_departure(self, generation):
+        """(clock time, rank) of the first rank of launch `generation` whose connection closed, or None."""
+        with self._lock:
+            for at, gen, rank in self.departures:
+                if gen == generation:
+                    return at, rank
+        return None
+
     @property
     def committed_bytes(self):
         return len(self._state)
@@ -126,6 +144,8 @@ class StateServer:
             elif op == "peer_lost":
                 self.peer_reports.append((generation, header.get("rank"), header.get("host"),
                                           str(header.get("message", ""))))
+                return {}, b""
+            elif op == "hello":
                 return {}, b""
             elif op != "hosts":
                 raise _Refused(f"unknown request {op!r}")
