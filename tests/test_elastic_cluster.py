@@ -29,7 +29,7 @@ def cluster():
 
 
 def _assert_hosts_shm_clean(job):
-    pids = {int(p) for p in re.findall(r"running as pid (\d+)", job.text())}
+    pids = job.seen_pids | {int(p) for p in re.findall(r"running as pid (\d+)", job.text())}
     for host in ("h1", "h2", "h3"):
         names = _cluster("exec", host, "ls", "/dev/shm", "--name", NAME).stdout.split()
         left = [n for n in names if any(n.startswith(f"horo-{pid}-") for pid in pids)]
