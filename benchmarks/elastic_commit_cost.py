@@ -66,7 +66,8 @@ def main():
             optimizer.step()
 
         step()
-        state.commit()  # warm-up: the first commit opens the connection to the driver
+        for _ in range(3):  # warm-up: the connection to the driver, and the driver's two buffers
+            state.commit()
         steps, commits = [], []
         for _ in range(args.reps):
             hvd.barrier()

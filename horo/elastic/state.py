@@ -10,7 +10,10 @@ import os
 import pickle
 import socket
 
+import numpy as np
+
 from horo import basics
+from horo.broadcast import broadcast_
 from horo.elastic import driver_link
 from horo.errors import HostsUpdatedInterrupt
 
@@ -62,8 +65,11 @@ class State:
     def _raise_if_hosts_updated(self, hosts_updated, link):
         if link is None:
             return  # not an elastic launch: hosts never change
-        # Every rank must leave together, so rank 0's answer is everyone's.
-        if self._bcast_object(hosts_updated, root_rank=0):
+        # Every rank must leave together, so rank 0's answer is everyone's: one small broadcast (not an
+        # object's two), as it runs at every commit.
+        flag = np.array([1 if hosts_updated else 0], dtype=np.int32)
+        broadcast_(flag, 0, name="horo.elastic.hosts_updated")
+        if flag[0]:
             raise HostsUpdatedInterrupt(skip_sync=False)
 
     def resume_from_driver(self):
@@ -94,7 +100,8 @@ class State:
         pass
 
     def serialize(self):
-        """Bytes of what the last save() kept (called on rank 0 at each commit of an elastic launch)."""
+        """Bytes of what the last save() kept, or a list of bytes-like parts to send one after the other
+        (called on rank 0 at each commit of an elastic launch)."""
         raise NotImplementedError
 
     def deserialize(self, data):

@@ -15,8 +15,9 @@ Launch with `horo-run -np N --min-np A --max-np B --host-discovery-script S pyth
 see horo.elastic for how a lost rank or a new host is handled.
 """
 import copy
-import io
 import math
+import pickle
+import struct
 
 import torch
 
@@ -25,6 +26,8 @@ from horo.elastic import ObjectState as _ObjectState
 from horo.elastic import State, run, run_fn
 from horo.errors import HorovodInternalError, HostsUpdatedInterrupt
 from horo.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+
+_SKELETON_LENGTH = struct.Struct("!Q")
 
 __all__ = ["run", "run_fn", "State", "ObjectState", "TorchState", "ElasticSampler",
            "HorovodInternalError", "HostsUpdatedInterrupt"]
@@ -100,16 +103,91 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.num_samples
 
 
+def _clone_tree(obj):
+    """A copy of a state_dict-like tree whose tensors share no memory with `obj`'s."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        out = type(obj)((k, _clone_tree(v)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a module's state_dict carries its version here
+            out._metadata = copy.deepcopy(obj._metadata)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone_tree(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+def _copy_into(saved, current):
+    """`current` copied into the earlier snapshot `saved`, into its tensors where they still fit: a commit
+    then writes into memory it already has, instead of allocating (and page-faulting) a model's worth."""
+    if isinstance(current, torch.Tensor):
+        if isinstance(saved, torch.Tensor) and saved is not current and saved.shape == current.shape \
+                and saved.dtype == current.dtype and saved.device == current.device:
+            return saved.copy_(current.detach())
+        return current.detach().clone()
+    if isinstance(current, dict) and type(saved) is type(current):
+        out = type(current)((k, _copy_into(saved.get(k), v)) for k, v in current.items())
+        if hasattr(current, "_metadata"):
+            out._metadata = copy.deepcopy(current._metadata)
+        return out
+    if isinstance(current, list) and isinstance(saved, list) and len(saved) == len(current):
+        return [_copy_into(s, c) for s, c in zip(saved, current)]
+    return _clone_tree(current)
+
+
+class _TensorRef:
+    """Stands for a tensor in the pickled skeleton of a commit; its bytes follow the skeleton."""
+
+    def __init__(self, offset, nbytes, dtype, shape):
+        self.offset, self.nbytes, self.dtype, self.shape = offset, nbytes, dtype, tuple(shape)
+
+
+def _split(obj, tensors):
+    """`obj` with each tensor replaced by a _TensorRef; the tensors (CPU, contiguous) appended to `tensors`."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        offset = sum(x.numel() * x.element_size() for x in tensors)
+        tensors.append(t)
+        return _TensorRef(offset, t.numel() * t.element_size(), t.dtype, t.shape)
+    if isinstance(obj, dict):
+        out = type(obj)((k, _split(v, tensors)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):
+            out._metadata = obj._metadata
+        return out
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_split(v, tensors) for v in obj)
+    return obj
+
+
+def _join(obj, data, base):
+    if isinstance(obj, _TensorRef):
+        if obj.nbytes == 0:
+            return torch.empty(obj.shape, dtype=obj.dtype)
+        raw = torch.frombuffer(data, dtype=torch.uint8, count=obj.nbytes, offset=base + obj.offset)
+        return raw.view(obj.dtype).reshape(obj.shape).clone()
+    if isinstance(obj, dict):
+        out = type(obj)((k, _join(v, data, base)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):
+            out._metadata = obj._metadata
+        return out
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_join(v, data, base) for v in obj)
+    return obj
+
+
 class _ModelHandler:
-    def __init__(self, model):
-        self.value = model
+    def __init__(self, value):
+        self.value = value
         self.saved = None
+        self.save()  # as in Horovod: restore() before any commit goes back to the start
 
     def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
+        self.saved = _copy_into(self.saved, self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self.saved)
+        # A copy: an optimizer's load_state_dict keeps the tensors it is given, which would tie the
+        # live state to the snapshot.
+        self.value.load_state_dict(_clone_tree(self.saved))
 
     def sync(self):
         broadcast_parameters(self.value.state_dict(), root_rank=0)
@@ -178,13 +256,20 @@ class TorchState(ObjectState):
         self.save()
 
     def serialize(self):
-        buffer = io.BytesIO()
-        torch.save({"handlers": {name: h.saved for name, h in self._handlers.items()},
-                    "objects": self._saved_state}, buffer)
-        return buffer.getvalue()
+        # A small pickled skeleton, then every tensor's bytes straight from the snapshot (no copy).
+        tensors = []
+        skeleton = pickle.dumps({"handlers": {name: _split(h.saved, tensors) for name, h in self._handlers.items()},
+                                 "objects": self._saved_state}, protocol=pickle.HIGHEST_PROTOCOL)
+        return [_SKELETON_LENGTH.pack(len(skeleton)), skeleton] + \
+            [t.reshape(-1).view(torch.uint8).numpy() for t in tensors if t.numel()]
 
     def deserialize(self, data):
-        saved = torch.load(io.BytesIO(data), weights_only=False)
+        data = bytearray(data) if isinstance(data, bytes) else data  # torch.frombuffer wants it writable
+        (length,) = _SKELETON_LENGTH.unpack_from(data, 0)
+        base = _SKELETON_LENGTH.size + length
+        skeleton = pickle.loads(memoryview(data)[_SKELETON_LENGTH.size:base])
+        saved = {"handlers": {name: _join(value, data, base) for name, value in skeleton["handlers"].items()},
+                 "objects": skeleton["objects"]}
         for name, value in saved["handlers"].items():
             if name in self._handlers:
                 self._handlers[name].saved = value
