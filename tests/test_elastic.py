@@ -370,3 +370,21 @@ def test_example_trains_to_the_undisturbed_accuracy_band_through_a_killed_rank(t
     accuracy = float(re.search(r"final test accuracy ([\d.]+)% on 2 ranks", text).group(1))
     assert accuracy >= 88.0, text[-3000:]
     job.assert_nothing_left()
+
+
+@pytest.mark.timeout(300)
+def test_stopped_rank_named_by_its_peers_and_its_host_blacklisted(tmp_path):
+    # SIGSTOP: alive to the launcher, silent to its peers; they give up on it after HORO_PEER_TIMEOUT_SECONDS
+    # and name it, so its host (not theirs) is blacklisted, and the job finishes on the other host.
+    job = ElasticJob(tmp_path, ["localhost:2", "127.0.0.1:1"], ["-np", "3", "--min-np", "2"],
+                     ["--step-seconds", "0.3"], env=mpi_env({"HORO_PEER_TIMEOUT_SECONDS": "4"}))
+    job.wait_for(r"^committed step [3-5]$", timeout=180)
+    os.kill(job.rank_pids(0)[2], signal.SIGSTOP)
+    _, blacklisted = job.wait_for(r"host (\S+) blacklisted for the rest of the job", timeout=120)
+    _, resumed = job.wait_for(r"^launch 1: resuming at epoch \d+ step \d+ of size (\d+)", timeout=180)
+    rc = job.finish(timeout=180)
+    text = job.text()
+    assert rc == 0, f"horo-run exited {rc}:\n{text[-5000:]}"
+    assert blacklisted.group(1) == "127.0.0.1" and int(resumed.group(1)) == 2
+    check_result(job)
+    job.assert_nothing_left()
