@@ -6,7 +6,7 @@ The same training (an MLP of 5M parameters, batch 32 per rank, SGD with momentum
 3 hosts x 2) runs under
   horo:     horo-run -np 6 --min-np 2 --max-np 6 --host-discovery-script ..., TorchState committed
             every 10 steps (held in memory by horo-run);
-  torchrun: torchrun --nnodes=2:3 --nproc-per-node=2 --max-restarts=3 --rdzv-backend=c10d on each
+  torchrun: torchrun --nnodes=2:3 --nproc-per-node=2 --max-restarts=10 --rdzv-backend=c10d on each
             host, DDP over gloo, a checkpoint written every 10 steps to a file the restarted workers
             load (torchrun's way; this machine's disk is every host's).
 Once step 30 is reached, every process of the job on h3 is SIGKILLed (for torchrun its agent too:
@@ -134,7 +134,7 @@ def steps_after(text, t):
             for m in map(STEP.match, text.splitlines()) if m and float(m.group(2)) > t]
 
 
-def measure(mode, env, workdir, last_call):
+def measure(mode, env, workdir, last_call, max_restarts):
     log = workdir / f"{mode}.log"
     log.write_bytes(b"")
     checkpoint = str(workdir / "torchrun.ckpt")
@@ -152,9 +152,10 @@ def measure(mode, env, workdir, last_call):
         h1 = env["OMPI_MCA_oob_tcp_if_include"].split("/")[0].rsplit(".", 1)[0] + ".1"
         for host in ("h1", "h2", "h3"):
             job.start(["bash", str(CLUSTER), "exec", host, str(Path(sys.executable).parent / "torchrun"),
-                       "--nnodes=2:3", "--nproc-per-node=2", "--max-restarts=3", "--rdzv-backend=c10d",
+                       "--nnodes=2:3", "--nproc-per-node=2", f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
                        f"--rdzv-endpoint={h1}:29400", "--rdzv-id=horo-bench", "--monitor-interval=0.5",
-                       f"--rdzv-conf=last_call_timeout={last_call}", *me, "--worker", "torchrun", checkpoint,
+                       f"--rdzv-conf=last_call_timeout={last_call},is_host={str(host == 'h1').lower()}",
+                       str(Path(__file__).resolve()), "--worker", "torchrun", checkpoint,
                        "--name", NAME], {**env, "GLOO_SOCKET_IFNAME": "eth0"})
             agents.append(job.procs[-1].pid)
     try:
@@ -181,7 +182,9 @@ def main():
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--last-call", type=float, default=30.0, help="torchrun's rendezvous last_call_timeout, s")
+    p.add_argument("--last-call", type=int, default=30, help="torchrun's rendezvous last_call_timeout, s")
+    p.add_argument("--max-restarts", type=int, default=10, help="torchrun's --max-restarts")
+    p.add_argument("--modes", default="horo,torchrun")
     p.add_argument("--workdir", default="/tmp/horo-elastic-recovery")
     args = p.parse_args()
     workdir = Path(args.workdir)
@@ -192,13 +195,22 @@ def main():
     for line in up.splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
         env[key] = value
+    # torchrun's agents and workers find each other by host name: give the hosts (only theirs: each has
+    # a mount namespace of its own) an /etc/hosts that names h1..h3.
+    names = workdir / "etc_hosts"
+    net = env["OMPI_MCA_oob_tcp_if_include"].split("/")[0].rsplit(".", 1)[0]
+    names.write_text(Path("/etc/hosts").read_text() + "".join(f"{net}.{i} h{i}\n" for i in (1, 2, 3)))
+    for host in ("h1", "h2", "h3"):
+        cluster("exec", host, "mount", "--bind", str(names), "/etc/hosts")
     try:
         results = {"horo": [], "torchrun": []}
         for _ in range(args.runs):
-            for mode in ("horo", "torchrun"):
-                seconds, step, size = measure(mode, env, workdir, args.last_call)
+            for mode in args.modes.split(","):
+                seconds, step, size = measure(mode, env, workdir, args.last_call, args.max_restarts)
                 results[mode].append(seconds)
                 print(f"{mode:8s}: {seconds:6.1f} s from the kill on h3 to step {step} on {size} ranks", flush=True)
+        if not (results["horo"] and results["torchrun"]):
+            return
         h, t = min(results["horo"]), min(results["torchrun"])
         print(f"best of {args.runs}: horo {h:.1f} s, torchrun (last_call_timeout {args.last_call:g} s) {t:.1f} s, "
               f"horo/torchrun {h / t:.2f}")

@@ -342,7 +342,8 @@ def test_run_outside_an_elastic_launch_calls_the_function_once(tmp_path):
 @pytest.mark.timeout(300)
 def test_keras_job_resumes_from_the_last_commit_after_a_killed_rank(tmp_path):
     job = ElasticJob(tmp_path, ["localhost:2", "127.0.0.1:1"], ["-np", "3", "--min-np", "2"],
-                     ["--step-seconds", "0.3", "--epochs", "3"], job=REPO_ROOT / "tests" / "jobs" / "elastic_keras_job.py")
+                     ["--step-seconds", "0.3", "--epochs", "3"],
+                     job=REPO_ROOT / "tests" / "jobs" / "elastic_keras_job.py")
     job.wait_for(r"^committed epoch 1 batch 0$", timeout=240)
     os.kill(job.rank_pids(0)[2], signal.SIGKILL)
     _, resumed = job.wait_for(r"^launch 1: resuming at epoch (\d+) batch (\d+) of size (\d+)", timeout=180)

@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from launcher import REPO_ROOT
 from test_cluster import _cluster, cluster_up
 from test_elastic import ElasticJob, check_result
 

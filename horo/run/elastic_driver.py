@@ -109,7 +109,8 @@ class ElasticDriver:
                     f"the {needed} needed (--min-np {self.min_np}), for {timeout:g} s (--elastic-timeout): "
                     "ending the job")
             if not told:
-                say(f"waiting up to {timeout:g} s for {needed} slots; available now: {have} (hosts: {where}{blacklisted})")
+                say(f"waiting up to {timeout:g} s for {needed} slots; available now: {have} "
+                    f"(hosts: {where}{blacklisted})")
                 told = True
             self.discovery.wait_for_poll(timeout=min(2.0, left))
 

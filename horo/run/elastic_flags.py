@@ -40,7 +40,8 @@ def is_elastic(args):
 def check_elastic_args(args):
     """A message for an inconsistent combination, or None."""
     if args.hosts or args.hostfile:
-        return "-H/--hostfile and --host-discovery-script both name hosts: an elastic job takes its hosts from the script"
+        return ("-H/--hostfile and --host-discovery-script both name hosts: an elastic job takes its hosts "
+                "from the script")
     if args.dry_run or args.check_build:
         return "--dry-run and --check-build do not apply to an elastic job (its hosts change as it runs)"
     if args.num_proc is None and args.min_np is None:
