@@ -14,7 +14,8 @@ import os
 import shlex
 import sys
 
-from horo.run import check_build, command, elastic_flags, hosts, job, lost_host, mpi_flavor, tunable_flags
+from horo.run import check_build, command, hosts, job, lost_host, mpi_flavor, tunable_flags
+from horo.run import elastic_flags  # the elastic driver's flags (horo.run.elastic_driver)
 
 
 class UsageError(Exception):
