@@ -15,7 +15,6 @@ import shlex
 import sys
 
 from horo.run import check_build, command, hosts, job, lost_host, mpi_flavor, tunable_flags
-from horo.run import elastic_flags  # the elastic driver's flags (horo.run.elastic_driver)
 
 
 class UsageError(Exception):
@@ -59,6 +58,8 @@ def make_parser(core_rows):
                         help="accepted for horovodrun compatibility and not applied: mpirun starts the ranks "
                         "itself and reports ranks that fail to start")
     tunable_flags.add_tunable_flags(parser, core_rows)
+    from horo.run import elastic_flags  # (beside elastic_driver, which only an elastic launch imports)
+
     elastic_flags.add_elastic_flags(parser)
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS ...]",
                         help="what every rank runs, e.g. python train.py")
@@ -123,8 +124,10 @@ def main(argv=None):
     if args.program and args.program[0] == "--":
         args.program = args.program[1:]
 
+    from horo.run import elastic_flags  # (beside elastic_driver, which only an elastic launch imports)
+
     if elastic_flags.is_elastic(args):
-        from horo.run import elastic_driver  # the driver, only for an elastic launch
+        from horo.run import elastic_driver
 
         try:
             mpirun, flavor = _flavor_and_mpirun(args)
