@@ -31,7 +31,7 @@ NON_CORE_NAMES = {
     "HORO_SLURM_NAME": "scripts/slurm.sh: the local Slurm cluster's name",
     "HORO_CLUSTER_STATE": "scripts/cluster.sh: where the test cluster keeps its state",
 }
-NON_CORE_PREFIXES = ("HORO_TEST_",)
+NON_CORE_PREFIXES = ("HORO_TEST_", "HORO_ELASTIC_")  # HORO_ELASTIC_*: horo-run's elastic driver to its ranks
 
 # Horovod's variables that have no meaning in horo (its autotuner, other controllers, GPU
 # knobs of Horovod's own CUDA path): honoured by Horovod, ignored here, so say so.

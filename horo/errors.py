@@ -12,8 +12,8 @@ HorovodInternalError = _core.HorovodInternalError
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's elastic-mode signal that hosts changed. horo has no elastic mode, so it never
-    raises this; it exists so `except hvd.HostsUpdatedInterrupt:` clauses still import."""
+    """Horovod's elastic-mode signal that hosts changed: raised on every rank by `state.commit()` or
+    `state.check_host_updates()` in a job launched by an elastic horo-run (see horo.elastic)."""
 
     def __init__(self, skip_sync=False):
         super().__init__("hosts updated")

@@ -25,10 +25,3 @@ def not_implemented_module(module_name, instead, names):
         setattr(module, name, not_implemented(f"{module_name}.{name}", instead))
     return module
 
-
-ELASTIC_INSTEAD = ("elastic training (changing the set of ranks while a job runs) is not supported: restart the "
-                   "job from a checkpoint with the new rank count")
-
-
-def elastic_module(framework_module, state_names):
-    return not_implemented_module(f"{framework_module}.elastic", ELASTIC_INSTEAD, ("run", *state_names))

@@ -67,6 +67,9 @@ def make_parser(core_rows):
                         help="accepted for horovodrun compatibility and not applied: mpirun starts the ranks "
                         "itself and reports ranks that fail to start")
     tunable_flags.add_tunable_flags(parser, core_rows)
+    from horo.run import elastic_flags  # (beside elastic_driver, which only an elastic launch imports)
+
+    elastic_flags.add_elastic_flags(parser)
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS ...]",
                         help="what every rank runs, e.g. python train.py")
     return parser
@@ -147,6 +150,18 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.program and args.program[0] == "--":
         args.program = args.program[1:]
+
+    from horo.run import elastic_flags  # (beside elastic_driver, which only an elastic launch imports)
+
+    if elastic_flags.is_elastic(args):
+        from horo.run import elastic_driver
+
+        try:
+            mpirun, flavor = _flavor_and_mpirun(args)
+        except UsageError as e:
+            print(f"horo-run: error: {e} (see horo-run --help)", file=sys.stderr)
+            return 2
+        return elastic_driver.main(args, mpirun, flavor)
 
     if args.check_build:
         sys.stdout.write(check_build.report(args.mpirun or mpi_flavor.find_mpirun()))

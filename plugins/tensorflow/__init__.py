@@ -71,10 +71,10 @@ from horo.tensorflow.horovod_names import (
     broadcast_,
     broadcast_global_variables,
     broadcast_object_fn,
-    elastic,
     grouped_reducescatter,
     process_set_included_op,
 )
+from horo.tensorflow import elastic  # noqa: E402  (after the names it builds on)
 
 __all__ = [
     "HoroError", "Average", "Sum", "Adasum", "Min", "Max", "Product",

@@ -1,9 +1,9 @@
 """The rest of horovod.tensorflow's public names: thin forms of what horo already does, with
 Horovod's signatures, and clear NotImplementedErrors for what it does not (TF1 sessions and
-hooks, elastic, partial tapes), each saying what to use instead."""
+hooks, partial tapes), each saying what to use instead."""
 import tensorflow as tf
 
-from horo.not_implemented import elastic_module, not_implemented
+from horo.not_implemented import not_implemented
 from horo.process_sets import global_process_set
 from horo.tensorflow import collectives
 from horo.tensorflow.compression import Compression
@@ -80,4 +80,3 @@ SyncBatchNormalization = not_implemented(
 LocalGradientAggregationHelper = not_implemented(
     "horo.tensorflow.LocalGradientAggregationHelper",
     "use backward_passes_per_step= of horo.tensorflow.keras.DistributedOptimizer")
-elastic = elastic_module("horo.tensorflow", ("TensorFlowKerasState", "TensorFlowState", "State", "ObjectState"))

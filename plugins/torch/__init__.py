@@ -29,7 +29,6 @@ from horo.basics import (
     size,
 )
 from horo.errors import HoroError, HorovodInternalError, HoroValueError, HostsUpdatedInterrupt
-from horo.not_implemented import elastic_module
 from horo.timeline import start_timeline, stop_timeline
 from horo.barrier import barrier as _barrier
 from horo.join import join as _join
@@ -90,7 +89,7 @@ def join(device=-1):
     return _join()
 
 
-elastic = elastic_module("horo.torch", ("TorchState", "ElasticSampler", "State", "ObjectState"))
+from horo.torch import elastic  # noqa: E402  (after the names it builds on)
 
 __all__ = [
     "HoroError", "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt", "elastic",

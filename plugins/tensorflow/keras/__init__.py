@@ -77,10 +77,10 @@ from horo.tensorflow.keras.horovod_names import (
     allreduce,
     broadcast,
     broadcast_global_variables,
-    elastic,
     reducescatter,
 )
 from horo.tensorflow.keras.saving import load_model
+from horo.tensorflow.keras import elastic  # noqa: E402  (after the names it builds on)
 
 __all__ = [
     "HoroError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",

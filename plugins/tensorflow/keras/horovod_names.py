@@ -1,7 +1,7 @@
 """The rest of horovod.tensorflow.keras's public names: its value-level collectives (Horovod's
 Keras module takes and returns values, not graph tensors) and clear NotImplementedErrors."""
 import horo.tensorflow as htf
-from horo.not_implemented import elastic_module, not_implemented
+from horo.not_implemented import not_implemented
 
 
 def _value(tensor):
@@ -37,5 +37,3 @@ broadcast_global_variables = not_implemented(
 PartialDistributedOptimizer = not_implemented(
     "horo.tensorflow.keras.PartialDistributedOptimizer",
     "use DistributedOptimizer (every layer's gradients are allreduced)")
-elastic = elastic_module("horo.tensorflow.keras", ("KerasState", "CommitStateCallback",
-                                                   "UpdateBatchStateCallback", "UpdateEpochStateCallback"))

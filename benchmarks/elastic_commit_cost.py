@@ -1,0 +1,91 @@
+"""Cost of `state.commit()` in an elastic job, as a share of a training step.
+
+    horo-run -np 2 --host-discovery-script "echo localhost:2" python benchmarks/elastic_commit_cost.py
+
+For each model: training steps (batch 32 per rank, SGD with momentum, hvd.DistributedOptimizer)
+and commits (TorchState(model, optimizer): the in-memory copy on every rank, rank 0's serialised
+state handed to horo-run, the host-update answer broadcast) alternate, block by block; the
+figures are medians over the blocks, each block's time the slowest rank's. Printed: ms per step,
+ms per commit, and the commit's share of a step when committing every 10 steps
+(commit / (10 x step)); the issue's goal is <= 5%.
+Launched without an elastic horo-run, the commit keeps only the in-memory copy.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import horo.torch as hvd
+from horo.elastic import driver_link
+
+MODELS = {
+    # name: layer widths of an MLP (the first is the input)
+    "mlp-0.4M": [784, 512, 10],
+    "mlp-5M": [3072, 1536, 10],
+    "mlp-21M": [3072, 2560, 2560, 2560, 10],
+}
+
+
+def mlp(widths):
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def slowest(seconds):
+    return hvd.allreduce(torch.tensor(seconds), op=hvd.Max, name="elastic_commit_cost.time").item()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10, help="steps per timed block")
+    p.add_argument("--commits", type=int, default=3, help="commits per timed block")
+    args = p.parse_args()
+    hvd.init()
+    torch.set_num_threads(1)
+    if hvd.rank() == 0:
+        where = "to the driver" if driver_link.under_driver() else "in memory only (no elastic horo-run)"
+        print(f"np={hvd.size()}, commits {where}; per model: ms/step, ms/commit, commit share at 1 commit / 10 steps")
+    for name in args.models.split(","):
+        widths = MODELS[name]
+        torch.manual_seed(0)
+        model = mlp(widths)
+        params = sum(p.numel() for p in model.parameters())
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                             named_parameters=model.named_parameters())
+        state = hvd.elastic.TorchState(model, optimizer, step=0)
+        x, y = torch.randn(32, widths[0]), torch.randint(0, widths[-1], (32,))
+
+        def step():
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+        step()
+        for _ in range(3):  # warm-up: the connection to the driver, and the driver's two buffers
+            state.commit()
+        steps, commits = [], []
+        for _ in range(args.reps):
+            hvd.barrier()
+            t = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            steps.append(slowest((time.perf_counter() - t) / args.steps))
+            hvd.barrier()
+            t = time.perf_counter()
+            for _ in range(args.commits):
+                state.commit()
+            commits.append(slowest((time.perf_counter() - t) / args.commits))
+        s, c = statistics.median(steps), statistics.median(commits)
+        if hvd.rank() == 0:
+            size_mb = 4 * params * 2 / 1e6  # weights + momentum, float32
+            print(f"{name:9s} {params:>11,d} params ({size_mb:6.1f} MB state): step {1e3 * s:8.2f} ms  "
+                  f"commit {1e3 * c:8.2f} ms  share {100 * c / (10 * s):5.1f}%", flush=True)
+
+
+if __name__ == "__main__":
+    main()

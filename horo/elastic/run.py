@@ -1,0 +1,71 @@
+"""`elastic.run`: Horovod's retry loop, for a job that horo-run relaunches.
+
+Horovod resets its ranks in place. horo's ranks are MPI processes, and MPI cannot lose or gain a
+process in a running world (without ULFM, which the core does not use), so horo-run is the elastic
+driver: when a rank dies or the hosts change, it ends the launch and starts a new one on the hosts
+it has, and the new ranks begin from the last commit, which the driver holds in memory. The wrapped
+function therefore starts afresh in each launch; inside one, the loop is Horovod's:
+
+    HostsUpdatedInterrupt  (raised by commit() on every rank): the ranks leave together, and horo-run
+                           relaunches on the new hosts with the state just committed;
+    HorovodInternalError   (a peer died or became unreachable): this rank reports it to the driver and
+                           waits for the launcher to end the launch; the relaunch restores the last commit.
+"""
+import functools
+import os
+import socket
+import sys
+import time
+
+from horo import basics
+from horo.elastic import driver_link
+from horo.errors import HorovodInternalError, HostsUpdatedInterrupt
+
+# How long a rank that saw a peer fail waits for mpirun to end the launch (it kills the survivors as soon
+# as it sees the dead rank) before leaving by itself, so the launcher names the dead rank first.
+LEAVE_AFTER_PEER_LOSS_SECONDS = 10.0
+# The exit status of a rank that left because a peer failed: horo-run does not blame that rank's host.
+EXIT_PEER_LOST = 75
+
+
+def run_fn(func, reset=None):
+    """Wraps `func(state, *args, **kwargs)`: see the module's docstring. `reset` is accepted for
+    Horovod's signature; a relaunch replaces it."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        if not driver_link.under_driver():
+            # Launched without an elastic horo-run: nothing can replace a lost rank, so run once.
+            state.sync()
+            return func(state, *args, **kwargs)
+        state.resume_from_driver()
+        try:
+            return func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt:
+            # Every rank raised it at the same commit, and the driver holds that commit: leave cleanly,
+            # skipping the program's own code after the training function (it runs in the next launch).
+            sys.stdout.flush()
+            raise SystemExit(0) from None
+        except HorovodInternalError as error:
+            _leave_after_peer_loss(error)
+
+    return wrapper
+
+
+def run(func):
+    """Horovod's `@hvd.elastic.run` decorator."""
+    return run_fn(func)
+
+
+def _leave_after_peer_loss(error):
+    message = str(error)
+    print(f"horo: elastic: rank {basics.rank()} lost a peer; the launch ends and restarts from the last "
+          f"commit: {message}", file=sys.stderr, flush=True)
+    try:
+        link = driver_link.link()
+        link.request("peer_lost", rank=basics.rank(), host=socket.gethostname(), message=message)
+    except (OSError, ConnectionError):
+        pass  # the launcher's own report of the failure still reaches the driver
+    # Not sys.exit: finalizing MPI with a dead peer can block; the driver relaunches either way.
+    time.sleep(LEAVE_AFTER_PEER_LOSS_SECONDS)
+    os._exit(EXIT_PEER_LOST)
