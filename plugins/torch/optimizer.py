@@ -222,6 +222,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         groups = num_groups
     if groups is not None and not (isinstance(groups, int) and groups > 0 or isinstance(groups, (list, tuple))):
         raise ValueError("groups must be a positive number of groups or a list of lists of parameters")
+    if op == ops.Adasum:
+        return _adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set)
     base = optimizer.__class__
     cls = _classes.get(base)
     if cls is None:
@@ -230,4 +232,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k not in _NOT_SHARED})
     wrapped._horo_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor, groups,
                         sparse_as_dense, process_set)
+    return wrapped
+
+
+def _adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set):
+    from horo.torch.adasum_optimizer import _DistributedAdasumOptimizer
+
+    base = optimizer.__class__
+    key = (base, "adasum")
+    cls = _classes.get(key)
+    if cls is None:
+        cls = _classes[key] = type(base.__name__, (_DistributedAdasumOptimizer, base), {"__module__": __name__})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k not in _NOT_SHARED})
+    names = _allreduce_names(optimizer.param_groups, named_parameters, next(_instances))
+    wrapped._horo_setup(named_parameters, compression, backward_passes_per_step,
+                        global_process_set if process_set is None else process_set, names)
     return wrapped
