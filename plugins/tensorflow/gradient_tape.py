@@ -25,8 +25,8 @@ class GradientReducer:
     def __init__(self, compression=Compression.none, sparse_as_dense=False, op=horo.Average,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None, process_set=global_process_set,
                  name="DistributedGradientTape"):
-        if op not in (horo.Average, horo.Sum, horo.Min, horo.Max, horo.Product):
-            raise ValueError(f"DistributedGradientTape: unsupported op {op!r} (Adasum is not supported)")
+        if op not in (horo.Average, horo.Sum, horo.Adasum, horo.Min, horo.Max, horo.Product):
+            raise ValueError(f"DistributedGradientTape: unsupported op {op!r}")
         if gradient_predivide_factor != 1.0 and op != horo.Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         if num_groups and groups is not None:

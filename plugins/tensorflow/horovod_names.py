@@ -23,9 +23,10 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Assigns root_rank's values to `variables` in place; returns them."""
-    broadcast_variables(variables, root_rank, process_set=process_set, inplace=True, name=name)
-    return variables
+    """Assigns root_rank's values to `variables` in place. Returns the variables eagerly; in a
+    graph, their assigned values (evaluating one runs the broadcast and the assignments)."""
+    return broadcast_variables(variables, root_rank, process_set=process_set, inplace=True, name=name,
+                               _values=True)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
