@@ -94,7 +94,7 @@ TORCH = dict(
         "poll": "handle",
         "synchronize": "handle",
         "broadcast_parameters": "params, root_rank",
-        "broadcast_optimizer_state": "optimizer, root_rank",
+        "broadcast_optimizer_state": "optimizer, root_rank, model=None",
         "broadcast_object": "obj, root_rank=0, name=None, process_set=global_process_set",
         "allgather_object": "obj, name=None, process_set=global_process_set",
         "DistributedOptimizer": "optimizer, named_parameters=None, compression=Compression.none, "

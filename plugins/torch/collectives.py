@@ -249,7 +249,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         rows = t.shape[0]
         send = [rows // n] * n if rows % n == 0 else []
     else:
-        send = split_counts(splits, name)
+        # A ValueError, as Horovod raises for bad splits, on this rank; refusing() fails the others' too.
+        with refusing("alltoall", name, process_set):
+            send = split_counts(splits, name)
+            rows = t.shape[0]
+            if len(send) != n or any(c < 0 for c in send) or sum(send) != rows:
+                raise HoroValueError(f"'{name}': splits {send} must be {n} non-negative row counts (one per rank) "
+                                     f"summing to the first dimension, {rows}")
     dtype = t.dtype
 
     def finish(result):

@@ -97,7 +97,7 @@ class _DistributedOptimizer:
         if grad.is_sparse:
             if not self._sparse_as_dense:
                 return self._sparse_allreduce_async(p, name)
-            grad = p.grad = grad.to_dense()
+            grad = grad.to_dense()  # reduced dense; p.grad turns sparse again in synchronize (SparseAdam)
         compressed, ctx = self._compression.compress(grad)
         buffer = checked(compressed, name)  # a contiguous copy only if the gradient is not contiguous
         handle = enqueue("allreduce", name, buffer, buffer, returning(buffer), self._op, self._prescale,
@@ -138,7 +138,9 @@ class _DistributedOptimizer:
                     p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape, check_invariants=False)
                 else:
                     _wait(handle)
-                    if buffer is not p.grad:  # compressed or made contiguous: write the result back
+                    if p.grad.is_sparse:  # sparse_as_dense: back to sparse, as Horovod, for sparse optimizers
+                        p.grad = self._compression.decompress(buffer, ctx).to_sparse()
+                    elif buffer is not p.grad:  # compressed or made contiguous: write the result back
                         p.grad.copy_(self._compression.decompress(buffer, ctx))
             except Exception as e:  # noqa: BLE001 - wait for the rest, then raise the first
                 error = error or e
