@@ -23,9 +23,8 @@ def _check(tensor, name, collective, process_set):
         check_dtype(tensor, name, moves=collective in ("allgather", "broadcast", "alltoall"))
 
 
-def _resolve_op(op, average, name):
-    op = _ops.resolve(op, average, name or "tensor")
-    return op
+def _resolve_op(op, average, name, adasum=False):
+    return _ops.resolve(op, average, name or "tensor", adasum)
 
 
 def _allreduce_slices(slices, op, prescale_factor, postscale_factor, name, compression, process_set):
@@ -54,7 +53,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
     """Reduces `tensor` over the ranks of `process_set` (Average by default); same shape and dtype."""
-    op = _resolve_op(op, average, name)
+    op = _resolve_op(op, average, name, adasum=True)
     if isinstance(tensor, tf.IndexedSlices):
         name = collective_name(name, "allreduce", tensor.values, process_set)
         return _allreduce_slices(tensor, op, prescale_factor, postscale_factor, name, compression, process_set)
@@ -74,7 +73,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                for t in tensor_list(tensors, "grouped_allreduce")]
     if not tensors:
         return []
-    op = _resolve_op(op, average, name)
+    op = _resolve_op(op, average, name, adasum=True)
     first = tensors[0].values if isinstance(tensors[0], tf.IndexedSlices) else tensors[0]
     base = collective_name(name, "grouped_allreduce", first, process_set)
     return reduce_group(tensors, [f"{base}.{i}" for i in range(len(tensors))], op, prescale_factor, postscale_factor,

@@ -215,7 +215,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("DistributedOptimizer: optimizer must be a torch.optim.Optimizer, "
                         f"got {type(optimizer).__name__}")
-    op = ops.resolve(op, None, "DistributedOptimizer")
+    op = ops.resolve(op, None, "DistributedOptimizer", adasum=True)
     if op != ops.Average and gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor is only supported with op=Average")
     if backward_passes_per_step < 1:
