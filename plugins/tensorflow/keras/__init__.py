@@ -65,14 +65,14 @@ from horo.tensorflow import (
 )
 from horo.tensorflow.keras import callbacks
 from horo.tensorflow.keras.callbacks import (
+    BestModelCheckpoint,
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
     LearningRateWarmupCallback,
     MetricAverageCallback,
 )
-from horo.tensorflow.keras.optimizer import DistributedOptimizer
+from horo.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horo.tensorflow.keras.horovod_names import (
-    PartialDistributedOptimizer,
     allgather,
     allreduce,
     broadcast,
@@ -81,6 +81,7 @@ from horo.tensorflow.keras.horovod_names import (
     reducescatter,
 )
 from horo.tensorflow.keras.saving import load_model
+from horo.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 __all__ = [
     "HoroError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
@@ -93,4 +94,5 @@ __all__ = [
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback",
     "LearningRateScheduleCallback", "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt",
     "start_timeline", "stop_timeline", "PartialDistributedOptimizer", "broadcast_global_variables", "elastic",
+    "BestModelCheckpoint", "SyncBatchNormalization",
 ]
