@@ -64,6 +64,8 @@ from horo.tensorflow.functions import allgather_object, broadcast_object, broadc
 from horo.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from horo.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
 from horo.tensorflow.sync_batch_norm import SyncBatchNormalization
+from horo.tensorflow import util
+from horo.tensorflow.util import _executing_eagerly
 from horo.tensorflow.horovod_names import (
     BroadcastGlobalVariablesHook,
     DistributedOptimizer,
