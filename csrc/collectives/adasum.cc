@@ -30,19 +30,33 @@ void store<uint16_t>(uint16_t* p, size_t i, double v) {
   p[i] = float_to_half(static_cast<float>(v));
 }
 
-// Adds a.b, |a|^2 and |b|^2 of n elements to sums[0..2].
+// Adds a.b, |a|^2 and |b|^2 of n elements to sums[0..2]. Eight independent partial
+// sums per quantity: a single chain of float64 additions cannot be vectorised (the
+// compiler may not reorder it), and it ran this step about 4x slower.
 template <typename T>
 void dot_and_norms(const T* a, const T* b, size_t n, double* sums) {
-  double dot = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = load(a, i), y = load(b, i);
-    dot += x * y;
-    aa += x * x;
-    bb += y * y;
+  constexpr size_t kLanes = 8;
+  double dot[kLanes] = {}, aa[kLanes] = {}, bb[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      const double x = load(a, i + l), y = load(b, i + l);
+      dot[l] += x * y;
+      aa[l] += x * x;
+      bb[l] += y * y;
+    }
   }
-  sums[0] += dot;
-  sums[1] += aa;
-  sums[2] += bb;
+  for (size_t l = 0; i < n; ++i, ++l) {
+    const double x = load(a, i), y = load(b, i);
+    dot[l] += x * y;
+    aa[l] += x * x;
+    bb[l] += y * y;
+  }
+  for (size_t l = 0; l < kLanes; ++l) {
+    sums[0] += dot[l];
+    sums[1] += aa[l];
+    sums[2] += bb[l];
+  }
 }
 
 // out[i] = ca * a[i] + cb * b[i], in float64, rounded once to T (out may be a or b).
