@@ -189,3 +189,27 @@ def test_distributed_gradient_tape_with_adasum(hvd, comm):
     grad = tape.gradient(loss, [w])[0].numpy()
     per_rank = [2 * x.T @ (x @ w.numpy()) for x in xs]
     np.testing.assert_allclose(grad, adasum(per_rank), rtol=1e-12)
+
+
+@needs_two_ranks
+def test_a_process_set_this_rank_cannot_use_is_an_invalid_argument_and_a_value_error(hvd, comm):
+    rank, size = hvd.rank(), hvd.size()
+    single, rest = hvd.add_process_set([0]), hvd.add_process_set(range(1, size))
+    try:
+        other = rest if rank == 0 else single
+        expect_raise_on_every_rank(comm, (tf.errors.InvalidArgumentError, ValueError),
+                                   lambda: hvd.allreduce(tf.ones(4), process_set=other, name="tfh.ps.other"),
+                                   must_contain=["tfh.ps.other", "not in"])
+        err = expect_raise_on_every_rank(comm, tf.errors.InvalidArgumentError,
+                                         lambda: hvd.allreduce(tf.ones(4), process_set=other, name="tfh.ps.other2"))
+        assert isinstance(err, ValueError)
+        fake = hvd.ProcessSet([0, 1])
+        fake.process_set_id = 1000  # never added
+        expect_raise_on_every_rank(comm, ValueError, lambda: hvd.allreduce(tf.ones(4), process_set=fake,
+                                                                          name="tfh.ps.fake"), must_contain=["added"])
+        assert int(hvd.size_op(process_set_id=rest.process_set_id).numpy()) == size - 1
+        assert int(hvd.size_op(process_set_id=single.process_set_id).numpy()) == 1
+    finally:
+        hvd.remove_process_set(rest)
+        hvd.remove_process_set(single)
+    np.testing.assert_array_equal(hvd.allreduce(tf.ones(2), op=hvd.Sum, name="tfh.after.ps").numpy(), [size] * 2)
