@@ -14,10 +14,14 @@ from horo.process_sets import global_process_set
 
 from horo.tensorflow import core_ops, gradients
 from horo.tensorflow.compression import Compression
+from horo.tensorflow.native_ops import _resolve
 from horo.tensorflow.tensors import as_tensor, check_dtype, collective_name, from_wire, to_wire
 
 
 def _check(tensor, name, collective, process_set):
+    # A set this rank cannot use fails here on either op path (native or numpy_function), as Horovod's
+    # InvalidArgumentError that is also a ValueError.
+    _resolve(process_set, name)
     # Refused here, on this rank only: the other ranks hear of it instead of waiting in their op.
     with refusing(collective, name, process_set):
         check_dtype(tensor, name, moves=collective in ("allgather", "broadcast", "alltoall"))
@@ -151,6 +155,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     tensor = as_tensor(tensor, "alltoall")
     name = collective_name(name, "alltoall", tensor, process_set)
     given = splits is not None
+    _resolve(process_set, name)
     with refusing("alltoall", name, process_set):
         check_dtype(tensor, name, moves=True)
         if given:
