@@ -33,7 +33,9 @@ void adasum_allreduce(Transport& transport, FusionBuffer& fusion, std::vector<Te
     copy_scaled(spec.dtype, buf + offset * esize, e.input, elements(e.request.shape), spec.prescale);
     offset += elements(e.request.shape);
   }
-  AdasumAllreduce().allreduce(transport, buf, counts, spec.dtype);
+  // Kept per thread (the engine's): its half-buffer stays allocated and faulted in from call to call.
+  static thread_local AdasumAllreduce adasum;
+  adasum.allreduce(transport, buf, counts, spec.dtype);
   offset = 0;
   for (auto& e : entries) {
     const size_t count = elements(e.request.shape);
