@@ -14,7 +14,7 @@ def _start(tensor, average, name, op, prescale_factor, postscale_factor, process
     runs it on this thread in one call (enqueue's `waits`; allreduce() says so by argument, since
     @blocking's wrapper and thread-local cost 0.4-0.7 us, a tenth of a small allreduce)."""
     name = tensor_name(name, "allreduce", process_set, waits)
-    op = ops.resolve(op, average, name)
+    op = ops.resolve(op, average, name, adasum=True)
     array = checked_array(tensor, "allreduce", name, process_set, in_place)
     # In place, a DLPack/buffer view reduces in the caller's memory: the caller's object goes back.
     output = array if in_place else empty_like(array)
@@ -71,7 +71,7 @@ def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor
     # Every tensor is checked before any is enqueued: a bad one must not leave the
     # others in flight (their names taken until a synchronize nobody will call).
     names = group_names(tensors, name, "grouped_allreduce", process_set)
-    op = ops.resolve(op, average, names[0] if names else "grouped_allreduce")
+    op = ops.resolve(op, average, names[0] if names else "grouped_allreduce", adasum=True)
     with refusing("allreduce", names, process_set):
         arrays = [as_array(t, n, in_place=in_place) for t, n in zip(tensors, names)]
 

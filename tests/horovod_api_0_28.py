@@ -94,7 +94,7 @@ TORCH = dict(
         "poll": "handle",
         "synchronize": "handle",
         "broadcast_parameters": "params, root_rank",
-        "broadcast_optimizer_state": "optimizer, root_rank",
+        "broadcast_optimizer_state": "optimizer, root_rank, model=None",
         "broadcast_object": "obj, root_rank=0, name=None, process_set=global_process_set",
         "allgather_object": "obj, name=None, process_set=global_process_set",
         "DistributedOptimizer": "optimizer, named_parameters=None, compression=Compression.none, "
@@ -154,9 +154,12 @@ TENSORFLOW = dict(
                                           "gradient_predivide_factor=1.0, num_groups=0, groups=None, "
                                           "process_set=global_process_set, local_layers=None, "
                                           "scale_local_gradients=True",
-        "BroadcastGlobalVariablesHook": None,
+        "BroadcastGlobalVariablesHook": "root_rank, device='', process_set=global_process_set",
         "SyncBatchNormalization": None,
-        "LocalGradientAggregationHelper": None,
+        "LocalGradientAggregationHelper": "backward_passes_per_step, allreduce_func, sparse_as_dense, "
+                                          "average_aggregated_gradients, rank, optimizer_type, "
+                                          "process_set=global_process_set, scale_local_gradients=True",
+        "gpu_available": "ext_base_name, verbose=False",
     },
 )
 
@@ -167,7 +170,7 @@ KERAS = {
     "Compression.fp16": None,
     "elastic": None,
     "callbacks": None,
-    "callbacks.BroadcastGlobalVariablesCallback": "root_rank, device=''",
+    "callbacks.BroadcastGlobalVariablesCallback": "root_rank, device='', local_variables=None",
     "callbacks.MetricAverageCallback": "device=''",
     "callbacks.LearningRateScheduleCallback": "initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True, "
                                               "momentum_correction=True, steps_per_epoch=None",

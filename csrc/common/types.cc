@@ -61,7 +61,7 @@ const char* op_name(ReduceOp op) {
   return "unknown";
 }
 
-bool op_valid(int code) { return code >= 0 && code <= 5 && code != 2; }
+bool op_valid(int code) { return code >= 0 && code <= 5; }
 
 const char* collective_name(CollectiveType type) {
   switch (type) {

@@ -26,7 +26,7 @@ constexpr int kNumDataTypes = 10;
 enum class ReduceOp : uint8_t {
   kAverage = 0,
   kSum = 1,
-  kAdasum = 2,  // reserved (Horovod's numbering); rejected at enqueue
+  kAdasum = 2,  // allreduce only, float dtypes, power-of-two sets (collectives/adasum.h)
   kMin = 3,
   kMax = 4,
   kProduct = 5,

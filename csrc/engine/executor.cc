@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "collectives/adasum.h"
 #include "common/error.h"
 #include "engine/row_layout.h"
 #include "reduce/reduce_kernels.h"
@@ -13,6 +14,42 @@ namespace {
 
 double final_scale(const Request& spec, int size) {
   return spec.op == ReduceOp::kAverage ? spec.postscale / size : spec.postscale;
+}
+
+// Adasum keeps each tensor's own coefficients, so a fused group is combined in the
+// fusion buffer with its tensor boundaries (collectives/adasum.h). Checked here, where
+// every rank of the set runs the same group: a refusal is the same error on each.
+void adasum_allreduce(Transport& transport, FusionBuffer& fusion, std::vector<TensorEntry>& entries) {
+  const Request& spec = entries.front().request;
+  const std::string why = AdasumAllreduce::unsupported(transport.size(), spec.dtype);
+  if (!why.empty()) throw Error(why);
+  const size_t esize = dtype_size(spec.dtype);
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (const auto& e : entries) total += counts.emplace_back(elements(e.request.shape));
+  char* buf = entries.size() == 1 ? static_cast<char*>(entries.front().output) : fusion.reserve(total * esize);
+  size_t offset = 0;
+  for (const auto& e : entries) {
+    copy_scaled(spec.dtype, buf + offset * esize, e.input, elements(e.request.shape), spec.prescale);
+    offset += elements(e.request.shape);
+  }
+  // Kept per thread (the engine's): its half-buffer stays allocated and faulted in from call to call.
+  static thread_local AdasumAllreduce adasum;
+  adasum.allreduce(transport, buf, counts, spec.dtype);
+  offset = 0;
+  for (auto& e : entries) {
+    const size_t count = elements(e.request.shape);
+    if (entries.size() == 1) scale_buffer(spec.dtype, e.output, count, spec.postscale);
+    else copy_scaled(spec.dtype, e.output, buf + offset * esize, count, spec.postscale);
+    offset += count;
+  }
+}
+
+void refuse_adasum(const Request& spec) {
+  if (spec.op == ReduceOp::kAdasum) {
+    throw Error(std::string("Adasum is an allreduce op; ") + collective_name(spec.type) + " takes Sum, Average, Min, "
+                "Max or Product");
+  }
 }
 
 }  // namespace
@@ -78,6 +115,11 @@ void Executor::allreduce(std::vector<TensorEntry>& entries, bool preloaded) {
   const DataType dtype = spec.dtype;
   const size_t esize = dtype_size(dtype);
   const double postscale = final_scale(spec, transport_.size());
+  if (spec.op == ReduceOp::kAdasum) {
+    const int64_t t = timeline_.activity_start();
+    adasum_allreduce(transport_, fusion_, entries);
+    return timeline_.activity("ADASUM_ALLREDUCE", t);
+  }
 
   if (entries.size() == 1) {
     // No staging: the algorithm reads the input and writes the output directly.
@@ -129,6 +171,7 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) 
   const DataType dtype = spec.dtype;
   const size_t esize = dtype_size(dtype);
   const int n = transport_.size(), me = transport_.rank();
+  refuse_adasum(spec);
   for (TensorEntry& e : entries) {  // the caller's output, as usual: nothing to work out
     if (!e.output) allocate_missing_output(e, rows_of_rank(e.request.shape.empty() ? 1 : e.request.shape[0], n, me));
   }
@@ -410,6 +453,7 @@ void Executor::scatter(TensorEntry& e, bool preloaded) {
 void Executor::reduce_to_root(TensorEntry& e, bool preloaded) {
   const Request& spec = e.request;
   const size_t count = elements(spec.shape);
+  refuse_adasum(spec);
   if (preloaded) {  // the root reduces every rank's input as the control step carried it; the others are done
     if (transport_.rank() != spec.root) return;
     return reduce_preloaded(e.output, 0, count, spec.dtype, spec.op, final_scale(spec, transport_.size()),

@@ -61,16 +61,18 @@ from horo.tensorflow.collectives import (
 )
 from horo.tensorflow.compression import Compression
 from horo.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
-from horo.tensorflow.gradient_tape import DistributedGradientTape
+from horo.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
+from horo.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
+from horo.tensorflow.sync_batch_norm import SyncBatchNormalization
+from horo.tensorflow import util
+from horo.tensorflow.util import _executing_eagerly
 from horo.tensorflow.horovod_names import (
     BroadcastGlobalVariablesHook,
     DistributedOptimizer,
-    LocalGradientAggregationHelper,
-    PartialDistributedGradientTape,
-    SyncBatchNormalization,
     broadcast_,
     broadcast_global_variables,
     broadcast_object_fn,
+    gpu_available,
     grouped_reducescatter,
     process_set_included_op,
 )
@@ -90,5 +92,5 @@ __all__ = [
     "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt", "start_timeline", "stop_timeline",
     "BroadcastGlobalVariablesHook", "DistributedOptimizer", "LocalGradientAggregationHelper",
     "PartialDistributedGradientTape", "SyncBatchNormalization", "broadcast_", "broadcast_global_variables",
-    "broadcast_object_fn", "elastic", "process_set_included_op",
+    "broadcast_object_fn", "elastic", "gpu_available", "process_set_included_op",
 ]

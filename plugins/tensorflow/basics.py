@@ -29,8 +29,15 @@ def _process_info_op(native_op, value, name):
 
 
 def size_op(process_set_id=0, name=None):
+    """The number of ranks (of the process set with this id) as an int32 tensor."""
     if process_set_id != 0:
-        raise ValueError("size_op(process_set_id=...): use process_set.size() for a process set's size")
+        from horo import process_sets
+
+        found = process_sets.by_id(process_set_id)
+        if found is None:
+            raise ValueError(f"size_op: no process set has id {process_set_id}")
+        # A set's size is fixed while it exists: read now, where the set is known.
+        return tf.constant(found.size(), dtype=tf.int32, name=name)
     return _process_info_op("horo_size", size, name)
 
 

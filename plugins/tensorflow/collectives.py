@@ -14,36 +14,42 @@ from horo.process_sets import global_process_set
 
 from horo.tensorflow import core_ops, gradients
 from horo.tensorflow.compression import Compression
-from horo.tensorflow.tensors import as_tensor, check_dtype, collective_name
+from horo.tensorflow.native_ops import _resolve
+from horo.tensorflow.tensors import as_tensor, check_dtype, collective_name, from_wire, to_wire
 
 
 def _check(tensor, name, collective, process_set):
+    # A set this rank cannot use fails here on either op path (native or numpy_function), as Horovod's
+    # InvalidArgumentError that is also a ValueError.
+    _resolve(process_set, name)
     # Refused here, on this rank only: the other ranks hear of it instead of waiting in their op.
     with refusing(collective, name, process_set):
-        check_dtype(tensor, name)
+        check_dtype(tensor, name, moves=collective in ("allgather", "broadcast", "alltoall"))
 
 
-def _resolve_op(op, average, name):
-    op = _ops.resolve(op, average, name or "tensor")
-    return op
+def _resolve_op(op, average, name, adasum=False):
+    return _ops.resolve(op, average, name or "tensor", adasum)
 
 
 def _allreduce_slices(slices, op, prescale_factor, postscale_factor, name, compression, process_set):
     """An IndexedSlices (e.g. an embedding's gradient) is allreduced as two allgathers,
-    values and indices: duplicate indices add up when it is applied or densified."""
+    values and indices: duplicate indices add up when it is applied or densified.
+    Refused, as Horovod 0.28 refuses them (NotImplementedError), before anything is sent."""
+    if op == horo.Adasum:
+        raise NotImplementedError(f"'{name}': Adasum does not support tf.IndexedSlices; pass sparse_as_dense=True "
+                                  "to the DistributedOptimizer or DistributedGradientTape")
     if op not in (horo.Sum, horo.Average):
-        raise ValueError(
-            f"'{name}': allreduce of tf.IndexedSlices supports Sum and Average only; "
-            "densify it (sparse_as_dense=True) for other ops"
-        )
+        raise NotImplementedError(f"'{name}': only Sum and Average are supported with tf.IndexedSlices; densify "
+                                  "it (sparse_as_dense=True) for other ops")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError(f"'{name}': prescale_factor and postscale_factor are not supported with "
+                                  "tf.IndexedSlices")
     _check(slices.values, name, "allgather", process_set)
     values, ctx = compression.compress(slices.values)
     values = compression.decompress(gradients.allgather(values, f"{name}.values", process_set), ctx)
     indices = core_ops.allgather_group([slices.indices], [f"{name}.indices"], process_set)[0]
-    count = horo.process_sets.set_size(process_set, name)
-    scale = prescale_factor * postscale_factor / (count if op == horo.Average else 1)
-    if scale != 1:
-        values = values * tf.cast(scale, values.dtype)
+    if op == horo.Average:
+        values = values / tf.cast(horo.process_sets.set_size(process_set, name), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -51,7 +57,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
     """Reduces `tensor` over the ranks of `process_set` (Average by default); same shape and dtype."""
-    op = _resolve_op(op, average, name)
+    op = _resolve_op(op, average, name, adasum=True)
     if isinstance(tensor, tf.IndexedSlices):
         name = collective_name(name, "allreduce", tensor.values, process_set)
         return _allreduce_slices(tensor, op, prescale_factor, postscale_factor, name, compression, process_set)
@@ -71,7 +77,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                for t in tensor_list(tensors, "grouped_allreduce")]
     if not tensors:
         return []
-    op = _resolve_op(op, average, name)
+    op = _resolve_op(op, average, name, adasum=True)
     first = tensors[0].values if isinstance(tensors[0], tf.IndexedSlices) else tensors[0]
     base = collective_name(name, "grouped_allreduce", first, process_set)
     return reduce_group(tensors, [f"{base}.{i}" for i in range(len(tensors))], op, prescale_factor, postscale_factor,
@@ -104,7 +110,8 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     tensor = as_tensor(tensor, "allgather")
     name = collective_name(name, "allgather", tensor, process_set)
     _check(tensor, name, "allgather", process_set)
-    return gradients.allgather(tensor, name, process_set)
+    wire, dtype = to_wire(tensor)
+    return from_wire(gradients.allgather(wire, name, process_set), dtype)
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -115,7 +122,9 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     names = [f"{base}.{i}" for i in range(len(tensors))]
     with refusing("allgather", names, process_set):
         for t, n in zip(tensors, names):
-            check_dtype(t, n)
+            check_dtype(t, n, moves=True)
+    wired = [to_wire(t) for t in tensors]
+    tensors = [w for w, _ in wired]
     if any(t.dtype.is_floating for t in tensors):  # differentiable: one op per tensor
         # Every op runs even after one fails (as synchronize_all): a name skipped here would
         # leave another rank's refusal of it pending, to fail this name's next use.
@@ -128,7 +137,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
         if error is not None:
             raise error
         return results
-    return core_ops.allgather_group(tensors, names, process_set)
+    return [from_wire(r, dtype) for r, (_, dtype) in zip(core_ops.allgather_group(tensors, names, process_set), wired)]
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -136,20 +145,39 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     tensor = as_tensor(tensor, "broadcast")
     name = collective_name(name, "broadcast", tensor, process_set)
     _check(tensor, name, "broadcast", process_set)
-    return gradients.broadcast_group([tensor], [name], root_rank, process_set)[0]
+    wire, dtype = to_wire(tensor)
+    return from_wire(gradients.broadcast_group([wire], [name], root_rank, process_set)[0], dtype)
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Sends splits[j] rows to rank j (even splits by default); returns (received rows, received splits)."""
+    """Sends splits[j] rows to rank j; returns (received rows, received splits) when `splits` is given,
+    else the received rows alone, after an even split that must divide the rows (as Horovod 0.28)."""
     tensor = as_tensor(tensor, "alltoall")
     name = collective_name(name, "alltoall", tensor, process_set)
+    given = splits is not None
+    _resolve(process_set, name)
     with refusing("alltoall", name, process_set):
-        check_dtype(tensor, name)
-        if splits is not None:
+        check_dtype(tensor, name, moves=True)
+        if given:
+            # Horovod converts whatever it is given (a list, an array, an int64 tensor) with convert_to_tensor.
             splits = as_tensor(splits, f"'{name}': splits")
-            if splits.dtype not in (tf.int32, tf.int64):
-                raise TypeError(f"'{name}': splits must be int32 or int64, not {splits.dtype.name}")
-    return gradients.alltoall(tensor, splits, name, process_set)
+            if not splits.dtype.is_integer:
+                raise TypeError(f"'{name}': splits must be integers, not {splits.dtype.name}")
+            if splits.shape.rank not in (None, 1):
+                raise tf.errors.InvalidArgumentError(None, None, f"'{name}': splits must be a vector, not of shape "
+                                                                 f"{splits.shape}")
+            splits = tf.cast(splits, tf.int32)
+        else:
+            count = horo.process_sets.set_size(process_set, name)
+            rows = tensor.shape[0] if tensor.shape.rank else (1 if tensor.shape.rank == 0 else None)
+            if rows is not None and rows % count:
+                raise tf.errors.InvalidArgumentError(
+                    None, None, f"'{name}': alltoall without splits divides the first dimension evenly, and {rows} "
+                                f"rows do not split over {count} ranks; pass splits=")
+    wire, dtype = to_wire(tensor)
+    output, received = gradients.alltoall(wire, splits, name, process_set)
+    output = from_wire(output, dtype)
+    return (output, received) if given else output
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=horo.Average, name=None,

@@ -7,10 +7,11 @@ from horo.enqueue import refusing
 from horo.process_sets import global_process_set
 
 from horo.tensorflow import core_ops
-from horo.tensorflow.tensors import as_tensor, check_dtype, collective_name, variable_label
+from horo.tensorflow.tensors import as_tensor, check_dtype, collective_name, from_wire, to_wire, variable_label
 
 
-def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False, name=None):
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False, name=None,
+                        _values=False):
     """Assigns root_rank's value to every variable (tf.Variable or Keras variable), on every rank.
 
     One fused broadcast for all of them; eagerly it happens now, in a tf.function
@@ -19,15 +20,23 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         raise TypeError(f"broadcast_variables: variables must be a list of variables, got {type(variables).__name__}")
     variables = list(variables)
     if not variables:
-        return None if tf.executing_eagerly() else tf.no_op()
+        return [] if _values else None if tf.executing_eagerly() else tf.no_op()
     values = [as_tensor(v, "broadcast_variables") for v in variables]
     base = collective_name(name, "broadcast_variables", None, process_set)
     names = [f"{base}.{variable_label(v, i)}" for i, v in enumerate(variables)]
     with refusing("broadcast", names, process_set):
         for value, n in zip(values, names):
-            check_dtype(value, n)
-    received = core_ops.broadcast_group(values, names, root_rank, process_set)
+            check_dtype(value, n, moves=True)
+    wired = [to_wire(v) for v in values]
+    received = core_ops.broadcast_group([w for w, _ in wired], names, root_rank, process_set)
+    received = [from_wire(r, dtype) for r, (_, dtype) in zip(received, wired)]
+    if _values and not tf.executing_eagerly():
+        # The assigned values, which run the assignment when evaluated: a graph reading the
+        # variable instead would see its old value, since nothing would run the assign op.
+        return [v.assign(r, read_value=True) for v, r in zip(variables, received)]
     assigns = [v.assign(r) for v, r in zip(variables, received)]
+    if _values:
+        return variables
     return None if tf.executing_eagerly() else tf.group(*assigns)
 
 

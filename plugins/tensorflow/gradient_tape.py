@@ -19,14 +19,19 @@ from horo.tensorflow.compression import Compression
 from horo.tensorflow.tensors import unique_in_graph, variable_label
 
 
+def _key(variable):
+    # tf.Variable's hashable reference; Keras 3 variables have none, and are matched as objects.
+    return variable.ref() if hasattr(variable, "ref") else id(variable)
+
+
 class GradientReducer:
     """Allreduces a list of gradients the way DistributedGradientTape (and optimizers) want."""
 
     def __init__(self, compression=Compression.none, sparse_as_dense=False, op=horo.Average,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None, process_set=global_process_set,
-                 name="DistributedGradientTape"):
-        if op not in (horo.Average, horo.Sum, horo.Min, horo.Max, horo.Product):
-            raise ValueError(f"DistributedGradientTape: unsupported op {op!r} (Adasum is not supported)")
+                 name="DistributedGradientTape", scale_local_gradients=True):
+        if op not in (horo.Average, horo.Sum, horo.Adasum, horo.Min, horo.Max, horo.Product):
+            raise ValueError(f"DistributedGradientTape: unsupported op {op!r}")
         if gradient_predivide_factor != 1.0 and op != horo.Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         if num_groups and groups is not None:
@@ -45,9 +50,18 @@ class GradientReducer:
         self.groups = groups
         self.process_set = process_set
         self.name = name
+        self.scale_local_gradients = scale_local_gradients
+        self.local = set()  # refs of variables whose gradients stay on this rank (PartialDistributedGradientTape)
+
+    def register_local_source(self, source):
+        """Keeps the gradients of `source` (a variable, or a list of them) on this rank."""
+        for v in tf.nest.flatten(source):
+            self.local.add(_key(v))
 
     def __call__(self, grads, sources):
         grads, sources = list(grads), list(sources)
+        if self.local:
+            return self._with_local(grads, sources)
         if self.sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         present = [i for i, g in enumerate(grads) if g is not None]
@@ -65,6 +79,28 @@ class GradientReducer:
             for i, out in zip(group, outs):
                 reduced[i] = out
         return reduced
+
+    def _with_local(self, grads, sources):
+        """Reduces the shared sources' gradients; a local source's own gradient is kept, divided by the
+        set's size with scale_local_gradients (Horovod's scaling, so that averaged and local
+        gradients keep the same scale)."""
+        is_local = [_key(s) in self.local for s in sources]
+        shared = [i for i, local in enumerate(is_local) if not local]
+        saved, self.local = self.local, set()
+        try:
+            reduced = self([grads[i] for i in shared], [sources[i] for i in shared]) if shared else []
+        finally:
+            self.local = saved
+        out = list(grads)
+        for i, r in zip(shared, reduced):
+            out[i] = r
+        size = self.process_set.size()
+        for i, local in enumerate(is_local):
+            if local and out[i] is not None and self.scale_local_gradients and size > 1:
+                g = out[i]
+                out[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
+                          if isinstance(g, tf.IndexedSlices) else g / tf.cast(size, g.dtype))
+        return out
 
     def _split(self, present, sources):
         """Indices of the gradients in each fused group, in the same order on every rank."""
@@ -89,6 +125,10 @@ class _DistributedGradientTape(tf.GradientTape):
         flat_grads, flat_sources = tf.nest.flatten(grads), tf.nest.flatten(sources)
         return tf.nest.pack_sequence_as(grads, self._horo_reducer(flat_grads, flat_sources))
 
+    def register_local_source(self, source):
+        """Horovod's: gradients of `source` (variables) are not allreduced."""
+        self._horo_reducer.register_local_source(source)
+
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
                             sparse_as_dense=False, op=horo.Average, gradient_predivide_factor=1.0, num_groups=0,
@@ -102,5 +142,27 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     tape = cls.__new__(cls)
     tape.__dict__.update(gradtape.__dict__)  # shares the recorded operations
     tape._horo_reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor, num_groups,
-                                         groups, process_set)
+                                         groups, process_set, scale_local_gradients=scale_local_gradients)
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                                   sparse_as_dense=False, op=horo.Average, gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None, process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """DistributedGradientTape whose `local_layers` (Keras layers: model-parallel parts each rank
+    keeps to itself) keep their own gradients; every other gradient is allreduced as usual.
+    With `scale_local_gradients` the local gradients are divided by the set's size, as Horovod does."""
+    import keras
+
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("local_layers must be a Keras layer or a list of Keras layers")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
+    for layer in local_layers:
+        tape.register_local_source(layer.trainable_weights)
     return tape

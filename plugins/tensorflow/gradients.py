@@ -4,8 +4,9 @@ Every rank computes its own loss, and the total is their sum; so a collective's
 gradient routes each rank's upstream gradient back to the ranks whose inputs
 produced it:
   allreduce       allreduce of the gradient with the same op and scale factors
-  allgather       Sum-allreduce of the gradient, then this rank's rows
-  broadcast       Sum-allreduce of the gradient on the root, zeros elsewhere
+  allgather       Average-allreduce of the gradient, then this rank's rows
+  broadcast       Average-allreduce of the gradient on the root, zeros elsewhere
+(Average, as Horovod 0.28's TF and torch gradients: each rank's loss is one replica's.)
   alltoall        alltoall of the gradient, sending back the rows received
   reducescatter   allgather of the gradient (times the scale factors, / size for Average)
 Gradient collectives are named after the forward one (`<name>.grad`), so they too
@@ -61,7 +62,8 @@ def allgather(tensor, name, process_set):
             _, me, _ = _process_sets.resolve(process_set, name)
             rows = tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1]) if x.shape.rank else tf.ones([1], tf.int64)
             sizes = core_ops.allgather_group([rows], [derived_name(name, "grad.sizes")], process_set)[0]
-            summed = core_ops.allreduce_group([dy], [derived_name(name, "grad")], horo.Sum, 1.0, 1.0, process_set)[0]
+            summed = core_ops.allreduce_group([dy], [derived_name(name, "grad")], horo.Average, 1.0, 1.0,
+                                              process_set)[0]
             start = tf.reduce_sum(sizes[:me])
             return tf.reshape(summed[start : start + sizes[me]], tf.shape(x))
 
@@ -83,8 +85,8 @@ def broadcast_group(tensors, names, root_rank, process_set):
             grads = [None] * len(xs)
             float_at = _differentiable_positions(xs)
             summed = core_ops.allreduce_group(
-                [dys[i] for i in float_at], [derived_name(names[i], "grad") for i in float_at], horo.Sum, 1.0, 1.0,
-                process_set,
+                [dys[i] for i in float_at], [derived_name(names[i], "grad") for i in float_at], horo.Average, 1.0,
+                1.0, process_set,
             )
             for i, g in zip(float_at, summed):
                 if horo.rank() != root_rank:

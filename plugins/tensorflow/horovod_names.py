@@ -1,9 +1,7 @@
 """The rest of horovod.tensorflow's public names: thin forms of what horo already does, with
-Horovod's signatures, and clear NotImplementedErrors for what it does not (TF1 sessions and
-hooks, partial tapes), each saying what to use instead."""
+Horovod's signatures (TF1 global variables and session hooks included)."""
 import tensorflow as tf
 
-from horo.not_implemented import not_implemented
 from horo.process_sets import global_process_set
 from horo.tensorflow import collectives
 from horo.tensorflow.compression import Compression
@@ -23,9 +21,10 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Assigns root_rank's values to `variables` in place; returns them."""
-    broadcast_variables(variables, root_rank, process_set=process_set, inplace=True, name=name)
-    return variables
+    """Assigns root_rank's values to `variables` in place. Returns the variables eagerly; in a
+    graph, their assigned values (evaluating one runs the broadcast and the assignments)."""
+    return broadcast_variables(variables, root_rank, process_set=process_set, inplace=True, name=name,
+                               _values=True)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -64,19 +63,42 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                              groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
 
 
-broadcast_global_variables = not_implemented(
-    "horo.tensorflow.broadcast_global_variables",
-    "it needs TF1 global variables: use hvd.broadcast_variables(model.variables + optimizer.variables, root_rank)")
-BroadcastGlobalVariablesHook = not_implemented(
-    "horo.tensorflow.BroadcastGlobalVariablesHook",
-    "TF1 session hooks are not supported: call hvd.broadcast_variables after the first step, or use "
-    "horo.tensorflow.keras.callbacks.BroadcastGlobalVariablesCallback")
-PartialDistributedGradientTape = not_implemented(
-    "horo.tensorflow.PartialDistributedGradientTape",
-    "use DistributedGradientTape for the shared layers and a plain tf.GradientTape for the local ones")
-SyncBatchNormalization = not_implemented(
-    "horo.tensorflow.SyncBatchNormalization",
-    "use keras.layers.BatchNormalization (per-rank statistics), or horo.torch.SyncBatchNorm in PyTorch")
-LocalGradientAggregationHelper = not_implemented(
-    "horo.tensorflow.LocalGradientAggregationHelper",
-    "use backward_passes_per_step= of horo.tensorflow.keras.DistributedOptimizer")
+def broadcast_global_variables(root_rank, process_set=global_process_set):
+    """TF1 graphs: the op that assigns root_rank's values to every global variable (Horovod's).
+
+    Eagerly (TF2) there is no collection of global variables, so, as Horovod, this raises a
+    RuntimeError saying what to call instead."""
+    if tf.executing_eagerly():
+        raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution (TF2 has no global "
+                           "variables): use hvd.broadcast_variables(model.variables + optimizer.variables, root_rank), "
+                           "or horo.tensorflow.keras.callbacks.BroadcastGlobalVariablesCallback with model.fit")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank, process_set=process_set)
+
+
+class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
+    """TF1 MonitoredTrainingSession hook: broadcasts the global variables from root_rank once the
+    session is created (Horovod's)."""
+
+    def __init__(self, root_rank, device="", process_set=global_process_set):
+        super().__init__()
+        self.root_rank, self.device, self.process_set = root_rank, device, process_set
+        self.bcast_op = None
+
+    def begin(self):
+        if self.bcast_op is None or self.bcast_op.graph != tf.compat.v1.get_default_graph():
+            self.bcast_op = broadcast_global_variables(self.root_rank, self.process_set)
+
+    def after_create_session(self, session, coord):
+        session.run(self.bcast_op)
+
+
+def gpu_available(ext_base_name="tensorflow", verbose=False):
+    """Whether horo can run this framework's collectives on GPU tensors (Horovod's helper).
+    horo.tensorflow moves host memory, so for "tensorflow" this is False even with a GPU."""
+    if ext_base_name == "tensorflow":
+        return False
+    if ext_base_name == "torch":
+        from horo.gpu import gpu_available as core_sees_a_gpu
+
+        return bool(core_sees_a_gpu())
+    return False

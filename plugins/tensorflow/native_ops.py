@@ -7,10 +7,30 @@ import tensorflow as tf
 
 from horo import process_sets as _process_sets
 from horo.enqueue import checked_root, checked_scale
+from horo.errors import HoroValueError
+
+
+class ProcessSetError(tf.errors.InvalidArgumentError, HoroValueError):
+    """A process set this rank cannot use (not a member, not added): TensorFlow's InvalidArgumentError,
+    as Horovod's op raises it, and still horo's HoroValueError (a ValueError)."""
+
+    def __init__(self, message):
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+
+def _resolve(process_set, name):
+    try:
+        resolved = _process_sets.resolve(process_set, name)
+    except HoroValueError as e:
+        raise ProcessSetError(str(e)) from None
+    if resolved[0] != 0 and _process_sets.by_id(resolved[0]) is not process_set:
+        # An id set by hand on a set that was never added: the core would refuse it mid-collective.
+        raise ProcessSetError(f"'{name}': {process_set!r} is not a process set added with add_process_set")
+    return resolved
 
 
 def _set_id(process_set, name):
-    return _process_sets.resolve(process_set, name)[0]
+    return _resolve(process_set, name)[0]
 
 
 def _at_least_1d(tensor):
@@ -45,7 +65,7 @@ class NativeOps:
 
     def alltoall(self, tensor, splits, name, process_set):
         """(received rows, int32 rows received from each rank); `splits` None means even splits."""
-        set_id, _, count = _process_sets.resolve(process_set, name)
+        set_id, _, count = _resolve(process_set, name)
         tensor = _at_least_1d(tensor)
         if splits is None:
             rows = tf.shape(tensor, out_type=tf.int32)[0]
@@ -54,7 +74,7 @@ class NativeOps:
         return output, received
 
     def reducescatter_group(self, tensors, names, op, prescale_factor, postscale_factor, process_set):
-        set_id, me, count = _process_sets.resolve(process_set, names[0] if names else "reducescatter")
+        set_id, me, count = _resolve(process_set, names[0] if names else "reducescatter")
         tensors = [_at_least_1d(t) for t in tensors]
         return list(self.lib.horo_reducescatter(tensors, list(names), reduce_op=int(op),
                                                 prescale_factor=checked_scale(prescale_factor, "prescale_factor",

@@ -30,8 +30,23 @@ def as_tensor(value, what="tensor"):
                         f"({str(e).splitlines()[0][:200]})") from None
 
 
-def check_dtype(tensor, name):
-    """Raises naming `name` for a dtype horo cannot reduce, or for a tensor in GPU memory."""
+# Unsigned types Horovod moves (broadcast, allgather, alltoall) but the core has no code for: they
+# travel bitcast to the signed type of their width, which moves the same bytes.
+MOVED_AS = {tf.uint16: tf.int16, tf.uint32: tf.int32, tf.uint64: tf.int64}
+
+
+def to_wire(tensor):
+    """(tensor as the core moves it, its own dtype to restore, or None)."""
+    wire = MOVED_AS.get(tensor.dtype)
+    return (tensor, None) if wire is None else (tf.bitcast(tensor, wire), tensor.dtype)
+
+
+def from_wire(tensor, dtype):
+    return tensor if dtype is None else tf.bitcast(tensor, dtype)
+
+
+def check_dtype(tensor, name, moves=False):
+    """Raises naming `name` for a dtype horo cannot reduce (or, `moves`, move), or for a tensor in GPU memory."""
     # The TF plugin moves host buffers (tensor.numpy()); taking a GPU tensor would be a
     # silent device-to-host copy, so it is refused until the TF native ops serve GPU memory.
     device = getattr(tensor, "device", "") or ""
@@ -40,8 +55,14 @@ def check_dtype(tensor, name):
             f"'{name}': horo.tensorflow does not take GPU tensors yet ({device}); place the tensor on the CPU "
             "(with tf.device('/CPU:0')) or use horo.torch / CuPy for GPU collectives"
         )
+    if moves and tensor.dtype in MOVED_AS:
+        return
+    if tensor.dtype in MOVED_AS:
+        raise TypeError(f"'{name}': {tensor.dtype.name} tensors are moved (broadcast, allgather, alltoall) but not "
+                        f"reduced, as in Horovod; cast to a signed or float dtype first")
     if tensor.dtype not in SUPPORTED:
-        raise TypeError(f"'{name}': dtype {tensor.dtype.name} is not supported (supported: {_SUPPORTED_NAMES})")
+        raise TypeError(f"'{name}': dtype {tensor.dtype.name} is not supported (supported: {_SUPPORTED_NAMES}; "
+                        f"moved only: {', '.join(d.name for d in MOVED_AS)})")
 
 
 def is_differentiable(dtype):

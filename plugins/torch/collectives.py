@@ -56,7 +56,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     process_set=global_process_set):
     """Starts an out-of-place allreduce (Average by default); returns a handle."""
     name = tensor_name(name, "allreduce", process_set)
-    op = ops.resolve(op, average, name)
+    op = ops.resolve(op, average, name, adasum=True)
     t = _checked(tensor, name, "allreduce", process_set)
     return _allreduce_checked(t, name, op, prescale_factor, postscale_factor, process_set, False)
 
@@ -65,7 +65,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      process_set=global_process_set):
     """Starts an in-place allreduce of `tensor`; returns a handle (synchronize() returns `tensor`)."""
     name = tensor_name(name, "allreduce", process_set)
-    op = ops.resolve(op, average, name)
+    op = ops.resolve(op, average, name, adasum=True)
     t = _checked(tensor, name, "allreduce", process_set, in_place=True)
     return _allreduce_checked(t, name, op, prescale_factor, postscale_factor, process_set, True, tensor)
 
@@ -77,7 +77,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     name = tensor_name(name, "allreduce", process_set, waits=True)  # done before the next: see tensor_name
     compressed, ctx = compression.compress(tensor)
     if _differentiable((compressed,)):
-        op = ops.resolve(op, average, name)
+        op = ops.resolve(op, average, name, adasum=True)
         reduced = autograd.Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     else:
         reduced = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor,
@@ -95,7 +95,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
     names = _group_names(name, "grouped_allreduce", tensors, process_set)
-    op = ops.resolve(op, average, names[0] if names else "grouped_allreduce")
+    op = ops.resolve(op, average, names[0] if names else "grouped_allreduce", adasum=True)
     ts = _checked_group(tensors, names, "allreduce", process_set, in_place)
     return GroupHandle(enqueue_group(
         lambda t=t, n=n, tensor=tensor: _allreduce_checked(t, n, op, prescale_factor, postscale_factor, process_set,
@@ -123,7 +123,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
     if _differentiable(compressed):
         names = _group_names(name, "grouped_allreduce", compressed, process_set)
-        op = ops.resolve(op, average, names[0])
+        op = ops.resolve(op, average, names[0], adasum=True)
         reduced = autograd.GroupedAllreduce.apply(names, op, prescale_factor, postscale_factor, process_set,
                                                   *compressed)
     else:
@@ -249,7 +249,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         rows = t.shape[0]
         send = [rows // n] * n if rows % n == 0 else []
     else:
-        send = split_counts(splits, name)
+        # A ValueError, as Horovod raises for bad splits, on this rank; refusing() fails the others' too.
+        with refusing("alltoall", name, process_set):
+            send = split_counts(splits, name)
+            rows = t.shape[0]
+            if len(send) != n or any(c < 0 for c in send) or sum(send) != rows:
+                raise HoroValueError(f"'{name}': splits {send} must be {n} non-negative row counts (one per rank) "
+                                     f"summing to the first dimension, {rows}")
     dtype = t.dtype
 
     def finish(result):

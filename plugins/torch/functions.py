@@ -55,8 +55,12 @@ def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
 
 
 @blocking
-def broadcast_optimizer_state(optimizer, root_rank=0, process_set=global_process_set):
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state and hyper-parameters (lr, betas, ...) root_rank's.
+
+    `model` is accepted for Horovod's signature and not needed. As Horovod's dummy step
+    leaves them, parameters that require a gradient and have none get a zero one when
+    the optimizer has no state yet (scripts read p.grad right after this call).
 
     Root describes its state (which parameters have which entries; tensor shapes
     and dtypes; non-tensor values such as step counts) in one small object; every
@@ -68,6 +72,10 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=global_process
         raise TypeError(f"broadcast_optimizer_state: optimizer must be a torch.optim.Optimizer, "
                         f"got {type(optimizer).__name__}")
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not any(optimizer.state.get(p) for p in params):
+        for p in params:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
     layout = [len(group["params"]) for group in optimizer.param_groups]
     skeleton = None
     if basics.rank() == root_rank:

@@ -27,6 +27,10 @@ class SparseAllreduceHandle:
     def __init__(self, indices, values, shape, divisor):
         self.indices, self.values, self.shape, self.divisor = indices, values, shape, divisor
 
+    def __call__(self):
+        """Waits and returns the sparse result: Horovod's sparse_allreduce_async returns a callable."""
+        return self.finish()
+
     def finish(self):
         import torch
 

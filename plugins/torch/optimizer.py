@@ -97,7 +97,7 @@ class _DistributedOptimizer:
         if grad.is_sparse:
             if not self._sparse_as_dense:
                 return self._sparse_allreduce_async(p, name)
-            grad = p.grad = grad.to_dense()
+            grad = grad.to_dense()  # reduced dense; p.grad turns sparse again in synchronize (SparseAdam)
         compressed, ctx = self._compression.compress(grad)
         buffer = checked(compressed, name)  # a contiguous copy only if the gradient is not contiguous
         handle = enqueue("allreduce", name, buffer, buffer, returning(buffer), self._op, self._prescale,
@@ -138,7 +138,9 @@ class _DistributedOptimizer:
                     p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape, check_invariants=False)
                 else:
                     _wait(handle)
-                    if buffer is not p.grad:  # compressed or made contiguous: write the result back
+                    if p.grad.is_sparse:  # sparse_as_dense: back to sparse, as Horovod, for sparse optimizers
+                        p.grad = self._compression.decompress(buffer, ctx).to_sparse()
+                    elif buffer is not p.grad:  # compressed or made contiguous: write the result back
                         p.grad.copy_(self._compression.decompress(buffer, ctx))
             except Exception as e:  # noqa: BLE001 - wait for the rest, then raise the first
                 error = error or e
@@ -213,7 +215,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("DistributedOptimizer: optimizer must be a torch.optim.Optimizer, "
                         f"got {type(optimizer).__name__}")
-    op = ops.resolve(op, None, "DistributedOptimizer")
+    op = ops.resolve(op, None, "DistributedOptimizer", adasum=True)
     if op != ops.Average and gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor is only supported with op=Average")
     if backward_passes_per_step < 1:
@@ -222,6 +224,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         groups = num_groups
     if groups is not None and not (isinstance(groups, int) and groups > 0 or isinstance(groups, (list, tuple))):
         raise ValueError("groups must be a positive number of groups or a list of lists of parameters")
+    if op == ops.Adasum:
+        return _adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set)
     base = optimizer.__class__
     cls = _classes.get(base)
     if cls is None:
@@ -230,4 +234,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k not in _NOT_SHARED})
     wrapped._horo_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor, groups,
                         sparse_as_dense, process_set)
+    return wrapped
+
+
+def _adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set):
+    from horo.torch.adasum_optimizer import _DistributedAdasumOptimizer
+
+    base = optimizer.__class__
+    key = (base, "adasum")
+    cls = _classes.get(key)
+    if cls is None:
+        cls = _classes[key] = type(base.__name__, (_DistributedAdasumOptimizer, base), {"__module__": __name__})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k not in _NOT_SHARED})
+    names = _allreduce_names(optimizer.param_groups, named_parameters, next(_instances))
+    wrapped._horo_setup(named_parameters, compression, backward_passes_per_step,
+                        global_process_set if process_set is None else process_set, names)
     return wrapped

@@ -78,7 +78,7 @@ class Fn:
         if "rooted" in self.kinds:
             kw["root_rank"] = root
         result = getattr(mod, self.name)(x, name=name, **kw)
-        if self.name == "alltoall":
+        if self.name == "alltoall" and kw.get("splits") is not None:  # Horovod 0.28: rows alone without splits
             result = result[0]
         return result[1] if "group" in self.kinds else result
 
@@ -141,14 +141,18 @@ def tensor_cases(fn):
     row("wrong_type_dict", lambda c: {"a": 1}, lambda n: raises(TypeError, "dict"))
     row("unsupported_dtype", lambda c: API.bad_dtype(), lambda n: raises(TypeError, tn(n), "complex"))
     zero_d = [data(r, zero_d=True) for r in range(SIZE)]
-    row("zero_d", lambda c: API.tensor(zero_d[RANK]), lambda n: lambda ctx: Returns(fn.check(ctx, zero_d)))
+    if fn.name == "alltoall" and SIZE > 1:  # one row does not split evenly (Horovod 0.28: an error)
+        row("zero_d", lambda c: API.tensor(zero_d[RANK]), lambda n: raises(tf.errors.InvalidArgumentError, n, "rows"))
+    else:
+        row("zero_d", lambda c: API.tensor(zero_d[RANK]), lambda n: lambda ctx: Returns(fn.check(ctx, zero_d)))
     row("name_not_str", good, lambda n: raises(TypeError, "name", "int"), name_override=7)
     row("process_set_not_member", good, lambda n: raises(HoroValueError, n, "not in"), ps="other")
     row("process_set_removed", good, lambda n: raises(HoroValueError, n, "removed"), ps="removed")
     row("process_set_wrong_type", good, lambda n: raises(TypeError, "process_set", "int"), ps=1)
     if "reduce" in fn.kinds:
         row("op_unknown", good, lambda n: raises(HoroValueError, "op", "99"), op=99)
-        row("op_adasum", good, lambda n: raises(HoroValueError, "op"), op="adasum")
+        if "average" not in fn.kinds:  # an allreduce takes Adasum (tests/mpi/ranks_adasum.py)
+            row("op_adasum", good, lambda n: raises(HoroValueError, "op", "Adasum"), op="adasum")
         row("prescale_not_a_number", good, lambda n: raises(TypeError, "prescale_factor", "str"),
             prescale_factor="2")
     if "average" in fn.kinds:

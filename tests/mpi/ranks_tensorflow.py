@@ -155,9 +155,9 @@ def test_alltoall_with_and_without_splits(hvd, mode):
     assert np.array_equal(out.numpy(), expected)
     assert received.numpy().tolist() == [(rank + r) % 3 for r in range(size)]
     even = np.arange(2 * size, dtype=np.float32) + 100 * rank
-    out, received = in_mode(mode, lambda x: hvd.alltoall(x))(tf_of(even))
+    # Without splits, the received rows alone (Horovod 0.28)
+    out = in_mode(mode, lambda x: hvd.alltoall(x))(tf_of(even))
     assert out.numpy().tolist() == [2 * rank + k + 100 * r for r in range(size) for k in range(2)]
-    assert received.numpy().tolist() == [2] * size
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -257,8 +257,9 @@ def test_gradient_of_each_collective(hvd, comm, mode):
     total = lambda key: sum(c[r][key] for r in range(size))  # noqa: E731
     assert np.allclose(g_ar, 6.0 * total("ar") + total("avg") / size), "allreduce gradient"
     start = rank * (rank + 1) // 2
-    assert np.allclose(g_ag, total("ag")[start : start + rank + 1]), "allgather gradient"
-    assert np.allclose(g_bc, total("bc") if rank == size - 1 else 0.0), "broadcast gradient"
+    # Averaged over the ranks, as Horovod 0.28's allgather and broadcast gradients
+    assert np.allclose(g_ag, total("ag")[start : start + rank + 1] / size), "allgather gradient"
+    assert np.allclose(g_bc, total("bc") / size if rank == size - 1 else 0.0), "broadcast gradient"
     # alltoall: the rows this rank sent to j come back weighted by rank j's c over what j received from us
     c_all = comm.allgather(c_a2a)
     expected = []
@@ -392,15 +393,19 @@ def test_indexed_slices_gradients_of_an_embedding(hvd, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_unsupported_dtypes_raise_type_error_naming_the_tensor(hvd, comm, mode):
-    # (bool and int16 are supported: moved by every collective; bool is never reduced)
+    # (bool and int16 are supported: moved by every collective; bool is never reduced; uint16 is
+    # moved but not reduced, as in Horovod)
     values = [tf.constant(["a", "b"]), tf.constant([1 + 2j], tf.complex64), tf.constant([1], tf.uint16)]
     for value in values if mode == "eager" else values[::2]:  # each traced case costs a trace
-        for label, call in {
+        calls = {
             "allreduce": lambda v: hvd.allreduce(v, name="tf.bad.dtype"),
             "allgather": lambda v: hvd.allgather(v, name="tf.bad.dtype"),
             "broadcast": lambda v: hvd.broadcast(v, 0, name="tf.bad.dtype"),
             "grouped": lambda v: hvd.grouped_allreduce([tf.zeros(2), v], name="tf.bad.dtype"),
-        }.items():
+        }
+        if value.dtype == tf.uint16:
+            calls = {k: calls[k] for k in ("allreduce", "grouped")}
+        for label, call in calls.items():
             fn = in_mode(mode, lambda: call(value))
             expect_raise_on_every_rank(comm, TypeError, fn, must_contain=["tf.bad.dtype", value.dtype.name],
                                        what=f"{mode} {label} {value.dtype.name}")

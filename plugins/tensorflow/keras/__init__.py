@@ -65,14 +65,14 @@ from horo.tensorflow import (
 )
 from horo.tensorflow.keras import callbacks
 from horo.tensorflow.keras.callbacks import (
+    BestModelCheckpoint,
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
     LearningRateWarmupCallback,
     MetricAverageCallback,
 )
-from horo.tensorflow.keras.optimizer import DistributedOptimizer
+from horo.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horo.tensorflow.keras.horovod_names import (
-    PartialDistributedOptimizer,
     allgather,
     allreduce,
     broadcast,
@@ -80,6 +80,7 @@ from horo.tensorflow.keras.horovod_names import (
     reducescatter,
 )
 from horo.tensorflow.keras.saving import load_model
+from horo.tensorflow.sync_batch_norm import SyncBatchNormalization
 from horo.tensorflow.keras import elastic  # noqa: E402  (after the names it builds on)
 
 __all__ = [
@@ -93,4 +94,5 @@ __all__ = [
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback",
     "LearningRateScheduleCallback", "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt",
     "start_timeline", "stop_timeline", "PartialDistributedOptimizer", "broadcast_global_variables", "elastic",
+    "BestModelCheckpoint", "SyncBatchNormalization",
 ]

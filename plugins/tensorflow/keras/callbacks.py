@@ -13,7 +13,6 @@ import keras
 import numpy as np
 
 import horo.tensorflow as htf
-from horo.not_implemented import not_implemented
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -23,10 +22,12 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     `on_train_begin`, and this callback builds it on the model's trainable variables
     if nothing has, so momentum (etc.) is broadcast too and not left per rank."""
 
-    def __init__(self, root_rank=0, device=""):
+    def __init__(self, root_rank=0, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.device = device  # accepted for Horovod compatibility; horo broadcasts from host memory
+        # Horovod's: variables each rank keeps (e.g. a PartialDistributedOptimizer's local layers).
+        self.local_variables = [] if local_variables is None else list(local_variables)
         self.broadcast_done = False
 
     def on_train_begin(self, logs=None):
@@ -38,7 +39,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             if not optimizer.built:
                 optimizer.build(model.trainable_variables)
             variables += list(optimizer.variables)
-        seen, unique = set(), []
+        seen, unique = {id(v) for v in self.local_variables}, []
         for v in variables:  # a variable shared by two layers is broadcast once
             if id(v) not in seen:
                 seen.add(id(v))
@@ -183,6 +184,21 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {self._learning_rate():g}.")
 
 
-BestModelCheckpoint = not_implemented(
-    "horo.tensorflow.keras.callbacks.BestModelCheckpoint",
-    "use keras.callbacks.ModelCheckpoint(path, save_best_only=True) on rank 0 only")
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's: a ModelCheckpoint that keeps only the best model by `monitor`. Horovod's
+    estimators set `filepath` after building it; set `callback.filepath = "best.keras"` (or pass
+    filepath=) before training. Pair it with MetricAverageCallback so every rank judges "best" on
+    the same averaged figure, and give it to rank 0 only, so one process writes the file."""
+
+    def __init__(self, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch", filepath=None):
+        # Keras checks the path's suffix at construction: a placeholder stands in until one is set.
+        super().__init__(filepath=filepath or "unset.keras", monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=False, mode=mode, save_freq=save_freq)
+        if filepath is None:
+            self.filepath = None
+
+    def _save_model(self, epoch, batch, logs):
+        if self.filepath is None:
+            raise ValueError("BestModelCheckpoint has no filepath: set callback.filepath (e.g. 'best.keras') "
+                             "before model.fit")
+        return super()._save_model(epoch, batch, logs)

@@ -1,7 +1,6 @@
 """The rest of horovod.tensorflow.keras's public names: its value-level collectives (Horovod's
-Keras module takes and returns values, not graph tensors) and clear NotImplementedErrors."""
+Keras module takes and returns values, not graph tensors)."""
 import horo.tensorflow as htf
-from horo.not_implemented import not_implemented
 
 
 def _value(tensor):
@@ -30,10 +29,9 @@ def reducescatter(value, name=None, op=htf.Average):
     return _value(htf.reducescatter(value, op=op, name=name))
 
 
-broadcast_global_variables = not_implemented(
-    "horo.tensorflow.keras.broadcast_global_variables",
-    "it needs TF1 global variables: use callbacks.BroadcastGlobalVariablesCallback(0) or "
-    "hvd.broadcast_variables(model.variables, root_rank)")
-PartialDistributedOptimizer = not_implemented(
-    "horo.tensorflow.keras.PartialDistributedOptimizer",
-    "use DistributedOptimizer (every layer's gradients are allreduced)")
+def broadcast_global_variables(root_rank):
+    """Horovod's Keras form runs the TF1 broadcast op in Keras's session; Keras 3 has neither, so,
+    as Horovod under TF2, this raises a RuntimeError saying what to call instead."""
+    raise RuntimeError("horo.tensorflow.keras.broadcast_global_variables() needs TF1 global variables and a Keras "
+                       "session, which Keras 3 does not have: use callbacks.BroadcastGlobalVariablesCallback("
+                       f"{root_rank}) with model.fit, or hvd.broadcast_variables(model.variables, {root_rank})")

@@ -36,6 +36,8 @@ class _Settings:
 
     def __init__(self, **kw):
         self.variables = None  # the variables of the gradients being reduced (set at trace time)
+        self.local = set()  # keys of variables whose gradients are not reduced (register_local_var)
+        self.scale_local = True
         self.__dict__.update(kw)
 
 
@@ -57,6 +59,10 @@ class _DistributedOptimizerMixin:
     def _clip_gradients(self, grads):
         return super()._clip_gradients(self._horo_allreduce(list(grads)))
 
+    def register_local_var(self, var):
+        """Horovod's: the gradient of `var` stays on this rank (PartialDistributedOptimizer's local layers)."""
+        self._horo.local.add(self._var_key(var))
+
     # ------------------------------------------------------------------ the reduction
 
     def _horo_scales(self):
@@ -75,7 +81,14 @@ class _DistributedOptimizerMixin:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         out = list(grads)
         op, pre, post = self._horo_scales()
+        local = self._horo_local_positions(len(grads))
+        for i in local:  # kept on this rank; divided by the set size as Horovod does (scale_local_gradients)
+            if out[i] is not None and self._horo.scale_local and self._horo.process_set.size() > 1:
+                out[i] = out[i] / tf.cast(self._horo.process_set.size(), out[i].dtype)
         for gi, members in enumerate(self._horo_group_members(grads)):
+            members = [i for i in members if i not in local]
+            if not members:
+                continue
             # IndexedSlices (an embedding's gradient) are allgathered by horo.tensorflow, scaled alike.
             reduced = htf.grouped_allreduce(
                 [grads[i] for i in members], op=op, name=f"{self._horo.name}.grads.{gi}",
@@ -84,6 +97,15 @@ class _DistributedOptimizerMixin:
             for i, r in zip(members, reduced):
                 out[i] = r
         return out
+
+    def _horo_local_positions(self, n):
+        if not self._horo.local:
+            return set()
+        keys = [self._var_key(v) for v in (self._horo.variables or [])]
+        if len(keys) != n:
+            raise ValueError(f"{self._horo.name}: local variables were registered, but the gradients' variables "
+                             "are unknown")
+        return {i for i, key in enumerate(keys) if key in self._horo.local}
 
     def _horo_group_members(self, grads):
         """Lists of gradient indices, one grouped allreduce each."""
@@ -156,7 +178,7 @@ def _accumulation_steps(optimizer, backward_passes_per_step):
 
 def make_distributed(optimizer, name=None, compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
                      op=None, backward_passes_per_step=None, average_aggregated_gradients=False, groups=None,
-                     process_set=None):
+                     process_set=None, scale_local_gradients=True):
     """Turns `optimizer` itself (its state kept) into a distributed one. load_model uses it on a loaded optimizer."""
     _check_wrappable(optimizer)
     steps = _accumulation_steps(optimizer, backward_passes_per_step)
@@ -178,6 +200,7 @@ def make_distributed(optimizer, name=None, compression=None, sparse_as_dense=Fal
         process_set=htf.global_process_set if process_set is None else process_set,
         # Keras hands over the mean of the accumulated passes; Horovod's default applies their sum.
         sum_passes=bool(backward_passes_per_step and backward_passes_per_step > 1 and not average_aggregated_gradients),
+        scale_local=bool(scale_local_gradients),
     ))
     return optimizer
 
@@ -193,8 +216,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     `backward_passes_per_step=k` accumulates k passes locally (Keras's gradient_accumulation_steps),
     then allreduces once and applies their sum, or their mean with `average_aggregated_gradients=True`;
     `groups` (an int, or lists of variables; `num_groups` is Horovod's older name for an int) splits the
-    one grouped allreduce into several; `scale_local_gradients` only matters for Horovod's
-    PartialDistributedOptimizer, which horo does not have;
+    one grouped allreduce into several; `scale_local_gradients` divides the gradients of variables
+    registered as local (register_local_var, PartialDistributedOptimizer) by the set size;
     `sparse_as_dense` densifies IndexedSlices gradients, which are otherwise allgathered;
     `device_dense`/`device_sparse` are accepted for compatibility (horo reduces in host memory).
     """
@@ -208,4 +231,28 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if groups is None and num_groups:
         groups = num_groups
     return make_distributed(fresh, name, compression, sparse_as_dense, gradient_predivide_factor, op,
-                            backward_passes_per_step, average_aggregated_gradients, groups, process_set)
+                            backward_passes_per_step, average_aggregated_gradients, groups, process_set,
+                            scale_local_gradients)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=htf.Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                                op=htf.Average, backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=htf.global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose `local_layers` (a Keras layer or a list: model-parallel parts each
+    rank keeps to itself) keep their own gradients, divided by the set size with
+    `scale_local_gradients`, as in Horovod; every other gradient is allreduced."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("local_layers must be a Keras layer or a list of Keras layers")
+    opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                               gradient_predivide_factor, op, backward_passes_per_step, average_aggregated_gradients,
+                               groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
