@@ -397,6 +397,26 @@ def other_cases(api):
             case("file_path_none", lambda c, n: c.mod.start_timeline(None), raises(TypeError, "file_path", "none")),
         ],
     }
+    # Point-to-point: a bad argument is this rank's own, refused at the call (nothing is posted).
+    def p2p_rows(fn):
+        t = lambda: api.tensor(data(RANK))  # noqa: E731
+        call = (lambda c, n, peer=0, tag=0, **kw: getattr(c.mod, fn)(t(), peer, tag=tag, name=n, **kw))
+        return [
+            case("peer_outside_the_set", lambda c, n: call(c, n, peer=10 ** 6), raises(HoroValueError, "rank", "not in")),
+            case("peer_float", lambda c, n: call(c, n, peer=0.0), raises(TypeError, "peer", "int")),
+            case("tag_negative", lambda c, n: call(c, n, tag=-1), raises(HoroValueError, "tag -1")),
+            case("process_set_not_member", lambda c, n: call(c, n, process_set=c.member_of_other),
+                 raises(HoroValueError, "not in")),
+        ]
+
+    for fn in ("send", "isend", "recv", "irecv"):
+        rows[fn] = p2p_rows(fn)
+    rows["batch_isend_irecv"] = [
+        case("op_unknown", lambda c, n: c.mod.batch_isend_irecv([c.mod.P2POp("put", api.tensor(data(RANK)), 0)], name=n),
+             raises(HoroValueError, "'send' or 'recv'")),
+        case("peer_outside_the_set", lambda c, n: c.mod.batch_isend_irecv(
+            [c.mod.P2POp("send", api.tensor(data(RANK)), 10 ** 6)], name=n), raises(HoroValueError, "not in")),
+    ]
     if api.name == "torch":
         import torch
 
@@ -437,6 +457,7 @@ def other_cases(api):
 # Public names with no row, and why. Functions that take no argument (checked below) get
 # only the lifecycle rows (before init, after shutdown).
 NO_ROW = {
+    "P2POp": "a named tuple; batch_isend_irecv checks its fields (rows above)",
     "Compression": "a namespace of compressor classes, no function of its own",
     "SyncBatchNorm": "a torch.nn module: its arguments are torch's BatchNorm's",
     "elastic": "every member raises NotImplementedError (tests/test_horovod_api.py)",
@@ -445,7 +466,7 @@ NO_ROW = {
 WORKS_BEFORE_INIT = {"is_initialized", "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built",
                      "ddl_built", "ccl_built", "cuda_built", "rocm_built", "gpu_available", "gpu_info",
                      "nccl_version", "tunables", "ProcessSet", "stop_timeline", "Compression", "SyncBatchNorm",
-                     "elastic", "DistributedOptimizer"}
+                     "elastic", "DistributedOptimizer", "P2POp"}
 
 
 def table(api):
@@ -475,6 +496,9 @@ def _good_call(api, mod, name):
         "allgather_object": lambda: mod.allgather_object(1), "add_process_set": lambda: mod.add_process_set([0]),
         "remove_process_set": lambda: mod.remove_process_set(mod.global_process_set),
         "init": None, "start_timeline": lambda: mod.start_timeline("/tmp/horo-bad-input-never.json"),
+        "send": lambda: mod.send(api.tensor(data(RANK)), 0), "recv": lambda: mod.recv(api.tensor(data(RANK)), 0),
+        "isend": lambda: mod.isend(api.tensor(data(RANK)), 0), "irecv": lambda: mod.irecv(api.tensor(data(RANK)), 0),
+        "batch_isend_irecv": lambda: mod.batch_isend_irecv([mod.P2POp("send", api.tensor(data(RANK)), 0)]),
     })
     if api.name == "torch":
         import torch
