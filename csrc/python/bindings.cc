@@ -348,7 +348,8 @@ py::object run_plain(PyObject* const* args, size_t given) {
                        kind == CollectiveType::kScatter || kind == CollectiveType::kReduce;
   if (!covered || (in_place && !collective_output_like_input(kind)) || (array->flags & needs) != needs ||
       array->nd == 0 || dtype < 0 || root_overflow || op_overflow || root_rank != static_cast<int>(root_rank) ||
-      op_code != static_cast<int>(op_code) || !op_valid(static_cast<int>(op_code))) {
+      op_code != static_cast<int>(op_code) || !op_valid(static_cast<int>(op_code)) ||
+      op_code == static_cast<long>(ReduceOp::kAdasum)) {  // its checks (rank count, dtype, collective): the full path
     return not_plain();
   }
   // An output the caller made: exactly the input's kind of array (its dtype object, shape), writable.
