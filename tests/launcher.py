@@ -296,7 +296,8 @@ def selected_launches(request, launches_of):
     module will make, where `launches_of(item)` lists an item's (np, variant) pairs."""
     wanted = {}
     for item in request.session.items:
-        if getattr(item, "module", None) is not request.module:
+        # Only parametrised tests name an np; the module's others launch on their own.
+        if getattr(item, "module", None) is not request.module or not hasattr(item, "callspec"):
             continue
         for np_, variant in launches_of(item):
             names = wanted.setdefault(np_, [])
