@@ -15,7 +15,6 @@ change of ranks is a new launch; the committed state never touches a disk.
 """
 import os
 import re
-import select
 import shlex
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from horo.elastic.run import EXIT_PEER_LOST
 from horo.run import command, elastic_flags, hosts, lost_host, tunable_flags
 from horo.run.elastic_hosts import HostDiscovery, plan_hosts
 from horo.run.elastic_state_server import StateServer, say
-from horo.run.job import FailureParser, _exit_status, _write_all
+from horo.run.job import _exit_status, pump_stderr
 
 # "no answer from ranks 4, 5 on host h3; rank 1 on host h2 within 5 s ..." (csrc/transport/peer_watch.cc)
 _UNANSWERED = re.compile(r"no answer from (.*?) within ")
@@ -137,22 +136,7 @@ class ElasticDriver:
             self._proc = proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
         except OSError as e:
             raise ElasticError(f"cannot start {cmd[0]}: {e.strerror}") from None
-        parser = FailureParser()
-        fd = proc.stderr.fileno()
-        while True:
-            # Not until EOF alone: a daemon on a lost host can hold the pipe open after mpirun exits.
-            exited = proc.poll() is not None
-            try:
-                chunk = os.read(fd, 65536) if select.select([fd], [], [], 0.5)[0] else None
-            except InterruptedError:
-                continue
-            if chunk:
-                _write_all(2, chunk)
-                parser.feed(chunk)
-            elif chunk == b"" or exited:
-                break
-        parser.close()
-        proc.stderr.close()
+        parser = pump_stderr(proc)
         status = _exit_status(proc.wait())
         self._proc = None
         return status, parser.failure

@@ -189,6 +189,30 @@ def _in_terminal_foreground():
         return False
 
 
+def pump_stderr(proc, each_round=None):
+    """Copies `proc`'s stderr to ours as it comes, reading it for failures (FailureParser, returned
+    closed), until the process has exited; `each_round()` runs about every 0.5 s."""
+    parser = FailureParser()
+    stderr_fd = proc.stderr.fileno()
+    while True:
+        if each_round is not None:
+            each_round()
+        # Not until EOF alone: a daemon on a host mpirun lost holds the pipe open after mpirun exits.
+        exited = proc.poll() is not None
+        try:
+            chunk = os.read(stderr_fd, 65536) if select.select([stderr_fd], [], [], 0.5)[0] else None
+        except InterruptedError:
+            continue
+        if chunk:
+            _write_all(2, chunk)
+            parser.feed(chunk)
+        elif chunk == b"" or exited:
+            break
+    parser.close()
+    proc.stderr.close()
+    return parser
+
+
 def run_job(argv, env, on_signal=None):
     """Runs argv; returns the exit status horo-run should exit with. `on_signal()` is called once, soon
     after horo-run is first sent SIGTERM/SIGHUP/SIGINT (inside Slurm: say why the job is ending while the
@@ -200,26 +224,14 @@ def run_job(argv, env, on_signal=None):
         return 127
     _received.clear()
     _forward_signals(proc)
-    parser = FailureParser()
-    stderr_fd = proc.stderr.fileno()
-    while True:
+
+    def signalled():
+        nonlocal on_signal
         if _received and on_signal is not None:
             on_signal()
             on_signal = None
-        # Not until EOF alone: a daemon on a host mpirun lost holds the pipe open after mpirun exits.
-        exited = proc.poll() is not None
-        try:
-            ready = select.select([stderr_fd], [], [], 0.5)[0]
-            chunk = os.read(stderr_fd, 65536) if ready else None
-        except InterruptedError:
-            continue
-        if chunk:
-            _write_all(2, chunk)
-            parser.feed(chunk)
-        elif chunk == b"" or exited:
-            break
-    parser.close()
-    proc.stderr.close()
+
+    parser = pump_stderr(proc, signalled)
     status = _exit_status(proc.wait())
     failure = parser.failure
     if failure is not None:
