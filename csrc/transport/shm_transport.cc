@@ -845,7 +845,10 @@ std::shared_ptr<char> ShmTransport::take_preloaded_output() {
 
 bool ShmTransport::output_preloaded(const void* output) {
   // Taken only where the control step showed every rank had located one for this collective.
-  if (!preloaded_output_ || output != preloaded_output_) return false;
+  // Matched once: the collective it was taken for may free it (a TF op copies its result out)
+  // before the next collective of the cycle, whose output the heap may then put at the same
+  // address; that one must locate its outputs with a step of its own, as its peers do.
+  if (!preloaded_output_ || output != std::exchange(preloaded_output_, nullptr)) return false;
   for (int p = 0; p < size_; ++p) outputs_[p] = heap_.of(p) + segment_.state(p).output_at[preloads_ & 1].load(std::memory_order_relaxed);
   return true;
 }

@@ -256,7 +256,7 @@ class ShmTransport : public Transport, public ShmCapabilities {
   std::shared_ptr<char> reserved_output_;
   size_t reserved_bytes_ = 0;
   bool output_offered_ = false;  // this cycle's control step says where reserved_output_ is
-  const char* preloaded_output_ = nullptr;  // taken this cycle (take_preloaded_output)
+  const char* preloaded_output_ = nullptr;  // taken this cycle (take_preloaded_output), until used
   int half_ = 0;
 };
 

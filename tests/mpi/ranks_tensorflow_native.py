@@ -133,6 +133,37 @@ def test_allgather_and_alltoall_outputs_sized_at_completion(hvd):
         [np.full([mine, 2], float(r), np.float32) for r in range(size)]))
 
 
+def test_many_cached_exchanges_in_one_graph_each_get_their_own_rows(hvd):
+    """Allgathers and alltoalls too large to preload, of different dtypes (so none fuse) and
+    equal sizes, several per cycle once cached, each result checked inside the graph so that
+    TensorFlow frees it at once. The first of a cycle may have its output located by the
+    control step; freed while the cycle goes on, the next one's output could lie at the same
+    address. (Once, that one took the first's located peers: rows landed in the wrong
+    tensors, then a control message arrived corrupt.)"""
+    size, rank = hvd.size(), hvd.rank()
+    dtypes = [tf.int8, tf.uint8, tf.int16, tf.uint16, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64]
+    row_bytes, rows = 64 * size, 8192 // (64 * size)  # an even alltoall split needs rows divisible by size
+
+    def expected(k, dtype, per):
+        return np.concatenate([np.full([per, row_bytes // dtype.size], r * 10 + k) for r in range(size)])
+
+    @tf.function
+    def step(base):  # an argument, not a constant: grappler would fold the collectives of constants
+        right = []
+        for k, dtype in enumerate(dtypes):
+            mine = tf.fill([rows, row_bytes // dtype.size], tf.cast(base + k, dtype))
+            gathered = hvd.allgather(mine, name=f"native.many.allgather.{k}")
+            exchanged = hvd.alltoall(mine, name=f"native.many.alltoall.{k}")
+            right.append(tf.reduce_all(tf.equal(gathered, tf.constant(expected(k, dtype, rows), dtype))))
+            right.append(tf.reduce_all(tf.equal(exchanged, tf.constant(expected(k, dtype, rows // size), dtype))))
+        return tf.stack(right)
+
+    for repeat in range(60):
+        right = step(tf.constant(rank * 10)).numpy()
+        wrong = [f"{'alltoall' if i % 2 else 'allgather'} of {dtypes[i // 2].name}" for i in np.flatnonzero(~right)]
+        assert not wrong, f"call {repeat}: rows of other tensors in the output of {', '.join(wrong)}"
+
+
 def test_saved_model_with_the_ops_is_written(hvd, comm):
     """Rank 0 saves a module whose function allreduces; the driver loads it in a fresh job."""
     path = os.environ.get("HORO_TEST_SAVED_MODEL")
