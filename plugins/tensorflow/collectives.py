@@ -56,7 +56,8 @@ def _allreduce_slices(slices, op, prescale_factor, postscale_factor, name, compr
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
-    """Reduces `tensor` over the ranks of `process_set` (Average by default); same shape and dtype."""
+    """Reduces `tensor` over the ranks of `process_set` (Average by default); same shape, and same dtype
+    except an integer Average, which is a float tensor (Horovod's `sum / size`)."""
     op = _resolve_op(op, average, name, adasum=True)
     if isinstance(tensor, tf.IndexedSlices):
         name = collective_name(name, "allreduce", tensor.values, process_set)
@@ -65,8 +66,22 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     name = collective_name(name, "allreduce", tensor, process_set)
     _check(tensor, name, "allreduce", process_set)
     compressed, ctx = compression.compress(tensor)
-    reduced = gradients.allreduce_group([compressed], [name], op, prescale_factor, postscale_factor, process_set)[0]
-    return compression.decompress(reduced, ctx)
+    reduced = gradients.allreduce_group([compressed], [name], _core_op(op), prescale_factor, postscale_factor,
+                                        process_set)[0]
+    return _averaged(compression.decompress(reduced, ctx), op, process_set, name)
+
+
+def _core_op(op):
+    """Average is summed by the core and divided here, as Horovod's TF allreduce does: `sum / size`
+    is correctly rounded where `sum * (1 / size)` is not (bit for bit with Horovod at np=3)."""
+    return horo.Sum if op == horo.Average else op
+
+
+def _averaged(summed, op, process_set, name):
+    """Horovod's `summed / size`: TensorFlow's true division, so integers average to floats."""
+    if op != horo.Average:
+        return summed
+    return summed / tf.cast(horo.process_sets.set_size(process_set, name), summed.dtype)
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
@@ -98,10 +113,10 @@ def reduce_group(tensors, names, op, prescale_factor, postscale_factor, compress
                                            process_set)
     if dense_at:
         packed = [compression.compress(tensors[i]) for i in dense_at]
-        reduced = gradients.allreduce_group([p[0] for p in packed], [names[i] for i in dense_at], op,
+        reduced = gradients.allreduce_group([p[0] for p in packed], [names[i] for i in dense_at], _core_op(op),
                                             prescale_factor, postscale_factor, process_set)
         for i, (_, ctx), r in zip(dense_at, packed, reduced):
-            results[i] = compression.decompress(r, ctx)
+            results[i] = _averaged(compression.decompress(r, ctx), op, process_set, names[i])
     return results
 
 

@@ -23,6 +23,7 @@ from horo_reference import (  # noqa: E402
     make_rank_inputs,
     must_be_exact,
     np_dtype,
+    reference,
 )
 from rank_helpers import expect_raise_on_every_rank, gather_and_compare  # noqa: E402
 
@@ -67,9 +68,26 @@ def test_allreduce_every_dtype_and_op_matches_numpy(hvd, comm, mode):
 
     outs = in_mode(mode, reduce_all)([tf_of(inputs[rank]) for _, _, _, inputs in cases])
     for out, (dtype, op, kind, inputs) in zip(outs, cases):
+        what = f"{mode} {dtype} {op}"
+        if op == "Average":  # Horovod's TF Average: the Sum, then TensorFlow's true division by the size
+            check_average(out, inputs, must_be_exact(dtype, "Sum", kind, size), what)
+            continue
         assert out.dtype == tf.as_dtype(np_dtype(dtype)) and out.shape == (3, 5)
-        check_result(out.numpy(), inputs, op, must_be_exact(dtype, op, kind, size), what=f"{mode} {dtype} {op}")
+        check_result(out.numpy(), inputs, op, must_be_exact(dtype, op, kind, size), what=what)
     gather_and_compare(comm, True, "done")
+
+
+def check_average(out, inputs, sum_exact, what):
+    """`out` is TensorFlow's `sum / size` of the NumPy sum: bit for bit where the sum is exact
+    (integers become floats, as `/` makes them in TensorFlow and Horovod)."""
+    summed = tf_of(reference(inputs, "Sum"))
+    expected = (summed / tf.cast(len(inputs), summed.dtype)).numpy()
+    assert out.dtype == tf.as_dtype(expected.dtype) and out.shape == expected.shape, (
+        f"{what}: {out.dtype} {out.shape}, expected {expected.dtype} {expected.shape}")
+    if sum_exact:
+        assert out.numpy().tobytes() == expected.tobytes(), f"{what}: {out.numpy()} != {expected}"
+    else:
+        check_result(out.numpy(), inputs, "Average", False, what=what)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -138,6 +138,27 @@ def test_indexed_slices_average_divides_the_gathered_values(hvd):
     np.testing.assert_allclose(dense, expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["allreduce", "grouped"])
+def test_floating_average_is_the_sum_divided_by_size_bit_for_bit(hvd, grouped):
+    """Horovod's TF allreduce divides the sum by the size (correctly rounded, and integers by true
+    division, to floats); times 1/size is not, and at np=3 differs in the last bit for some values,
+    and truncates 3x/3 of an integer to x - 1 (Horovod's average tests compare bit for bit there)."""
+    size = hvd.size()
+    dtypes = [np.float16, np.float32, np.float64, np.int32]
+    xs = [np.random.default_rng(7).uniform(-100, 100, 999).astype(dtype) for dtype in dtypes]  # equal on every rank
+    if grouped:
+        outs = hvd.grouped_allreduce([tf.constant(x) for x in xs], op=hvd.Average, name="tfh.avg.grouped")
+    else:
+        outs = [hvd.allreduce(tf.constant(x), op=hvd.Average, name=f"tfh.avg.{x.dtype}") for x in xs]
+    for x, out in zip(xs, outs):
+        summed = x.copy()
+        for _ in range(size - 1):
+            summed = summed + x  # in x's dtype, as the core sums: equal inputs sum alike in any order
+        expected = summed / x.dtype.type(size)  # NumPy's true division: int32 / int32 is float64, as in TF
+        assert out.dtype == expected.dtype and np.array_equal(out.numpy(), expected), (
+            f"{x.dtype} Average: {np.count_nonzero(out.numpy() != expected)} of {x.size} values differ from sum / size")
+
+
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_allgather_and_broadcast_gradients_are_averaged_as_in_horovod(hvd, graph):
     rank, size = hvd.rank(), hvd.size()
