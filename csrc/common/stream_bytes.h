@@ -1,12 +1,9 @@
 #pragma once
 // Copies into memory another core reads next (a shared-memory slot) with
 // non-temporal stores: the destination lines are written without first being
-// fetched for ownership from the core that read them last. On the 2-vCPU KVM
-// this project is measured on, that fetch made a plain memcpy into a slot
-// 3-10x slower in about half the jobs (the pages' placement decides; 1 MiB
-// through a two-process pipeline: 54-131 us or 400-620 us with memcpy,
-// 124-161 us with these stores, which go to memory: up to 2.3x slower than a
-// plain copy that stays in cache).
+// fetched for ownership from the core that read them last, which on some VMs
+// makes a plain memcpy into a slot several times slower. They go to memory, so
+// they lose to a plain copy that stays in cache: store_probe.h decides.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -14,9 +14,8 @@ constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
 
 // Advised as huge pages, as NumPy does for its large arrays: with transparent huge
 // pages on "madvise" (Debian's default) a plain allocation gets 4 KiB pages, and
-// process_vm_readv into it ran slower (np=2 allgather of 4 MiB, medians of 4 jobs, two
-// A/Bs: 917 against 854 us, 1155 against 952; at 16 MiB within noise). Only the whole
-// huge pages inside the buffer are advised: no byte is allocated in vain.
+// process_vm_readv into it ran slower. Only the whole huge pages inside the buffer are
+// advised: no byte is allocated in vain.
 char* allocate_large(size_t bytes) {
   char* p = static_cast<char*>(std::malloc(bytes));
   if (p == nullptr) throw std::bad_alloc();

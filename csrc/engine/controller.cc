@@ -237,10 +237,7 @@ int Controller::preload_first_ready(FunctionRef<const void*(const Request&)> inp
 }
 
 bool Controller::preload_output(const Request& q, const Response& agreed) {
-  // It saves the exchange the step that says where outputs lie. Six alternating jobs each, time
-  // without / with, 64 KiB / 256 KiB / 1 MiB / 4 MiB: np=2 alltoall 1.08 / 1.02 / 1.01 / 1.00,
-  // allgather 1.07 / 1.08 / 1.03 / 1.01; np=4 on 2 cores alltoall 1.19 / 1.02 / 0.97 / 0.97,
-  // allgather 0.99 / 1.38 / 1.02 / 0.97 (MPI time / horo time higher or level in every cell).
+  // It saves the exchange the step that says where outputs lie.
   const bool alltoall = q.type == CollectiveType::kAlltoall;
   const bool allgather = q.type == CollectiveType::kAllgather && tunables_.allgather_algo != "ring";
   if (!(alltoall || allgather) || q.memory != Memory::kHost) return false;

@@ -1,9 +1,8 @@
 // Whether a direct read (process_vm_readv) found its peer's lines already in this core's caches,
 // judged by how long it took. A broadcast's receiver reads a root's input that has not changed since
 // its last read (weights broadcast again unchanged, a benchmark's loop) at the speed of a copy
-// within its own core; a root's input written since comes line by line from the writer's core.
-// np=2, 2-core VM, medians of 300 reads: 16 / 32 / 64 / 128 KiB took 1.5 / 2.0 / 3.2 / 5.9 µs
-// unchanged against 2.5 / 4.2 / 7.7 / 15.9 written afresh.
+// within its own core; a root's input written since comes line by line from the writer's core,
+// about twice as slow (MEASUREMENTS.md, "Shared-memory data paths").
 #pragma once
 
 #include <chrono>
@@ -18,8 +17,7 @@ class CachedReads {
   bool cached(size_t bytes, std::chrono::nanoseconds took);
 
  private:
-  // The cached reads above took 0.6-1.5 µs more than such reads (4 KiB: 0.4 µs, 64 KiB: 2.5),
-  // those written afresh 1.4-11 µs more.
+  // Margins over the probe's own-memory reads that cached reads stayed within and fresh ones did not.
   static constexpr double kFixedWithin = 2.0, kBytesWithin = 1.8;
   // Measured on first use: process_vm_readv of this process's own memory, 4 and 64 KiB, lines
   // in cache (the fastest of several), as fixed_ns_ + bytes * ns_per_byte_.

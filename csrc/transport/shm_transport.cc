@@ -32,16 +32,14 @@ constexpr size_t kStreamPiecesFrom = 16 * 1024;
 // where many cores store at once (a plain store fetches its line first: twice the memory traffic).
 constexpr size_t kStreamBeyondL2 = size_t(2) << 20;
 constexpr unsigned kManyCoresStoring = 8;
-// A broadcast reads the root's buffer directly only where few ranks read it at once. At 16 MiB,
-// every reader's process_vm_readv against the root's copy in: 1.3-1.5x faster at np=2 and 3 (2
-// cores), even at np=4 (2 cores: 6.9 against 7.2 ms; 64 MiB 18.4 against 17.8), and slower at np=8
-// (16 cores: 4.3/4.4 against 3.2/4.0 ms), likely as every reader pins the same pages of the root's.
+// A broadcast reads the root's buffer directly only where few ranks read it at once: many readers
+// pinning the same pages of the root's lose to its one copy in (MEASUREMENTS.md, "Shared-memory data paths").
 constexpr int kMostRanksReadingOneRoot = 4;
 // A broadcast's reader that finds the root's lines in its own cache reads all of them itself up to
-// this size; from 256 KiB the root's share wins even so (np=2: 1.02 of the time at 256 KiB).
+// this size; beyond it the root's share of the copying wins even so.
 constexpr size_t kMostBytesReadWhole = 128 * 1024;
 // What a rank reads of one peer at a time where it reduces their inputs directly: the piece stays
-// in L2 for the reduction. np=2 allreduce, 1-16 MiB: 0.92-1.04 of the time of 64 KiB pieces.
+// in L2 for the reduction.
 constexpr size_t kReadPieceBytes = 128 * 1024;
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -157,12 +155,7 @@ void ShmTransport::copy_for_peers(char* to, const void* src, size_t bytes) const
 
 void ShmTransport::push_to_output(char* to, const void* src, size_t bytes, size_t pushed) const {
   // Where the probe chose plain stores (a slot's lines, just read by one peer), a call whose ranks
-  // push megabytes each at once still wants streamed ones. HORO_SHM_STREAM_BYTES=16384 against
-  // plain, np=16 (16 cores), three alternating jobs each, time streamed / plain at 256 KiB, 1, 4,
-  // 16 MiB: allgather 0.97/1.30/0.66/0.77, allreduce 0.87/1.11/0.84/0.81, alltoall (1-16 MiB)
-  // 0.68/0.74/0.72; np=8 allgather 1.21/1.11/0.79/0.44, allreduce 1.05/0.92/0.87/0.73. (Broadcast,
-  // through the slots: 1.10-1.23.) On 2 cores, pushes from 2 MiB streamed / plain, np=2 and 4,
-  // allgather, alltoall, allreduce from 4 MiB: 0.92-1.24, median 1.02.
+  // push megabytes each at once still wants streamed ones: many cores storing at once saturate memory.
   if (stream_pushes_from_ > 0 && pushed >= stream_pushes_from_) {
     stream_bytes(to, src, bytes);
   } else {
@@ -171,9 +164,8 @@ void ShmTransport::push_to_output(char* to, const void* src, size_t bytes, size_
 }
 
 void ShmTransport::copy_own(char* to, const void* src, size_t bytes) {
-  // Streamed past the L2 cache's size, which a plain copy would only evict itself from:
-  // A/B in alternating jobs, np=2 (own part 2/8 MiB): allgather 0.99/0.78 of the time, alltoall 0.86/0.83;
-  // at 32-512 KiB streaming ran 1.1-1.6x slower.
+  // Streamed past the L2 cache's size, which a plain copy would only evict itself from (below it,
+  // streaming is slower).
   if (bytes >= kStreamBeyondL2) {
     stream_bytes(to, src, bytes);
   } else {
@@ -220,11 +212,8 @@ std::pair<size_t, size_t> ShmTransport::slice_of(int r, size_t count, size_t esi
 }
 
 bool ShmTransport::moves_rooted_directly(CollectiveType type, size_t bytes) const {
-  // A preload in pieces went in the root's copy and out the receivers': from here one copy won,
-  // np=2, roots' inputs written afresh before barrier-aligned calls (median of 400, us, preloaded /
-  // direct): broadcast 24 / 32 / 64 KiB 4.8 / 5.8 / 9.2 against 4.2 / 4.4 / 6.0 (16 KiB 3.9 / 3.8),
-  // scatter 64 KiB 7.3 against 3.9; horo-bench (inputs unchanged), four alternating jobs each,
-  // time direct / preloaded: broadcast 32 / 64 KiB 0.88 / 0.75, scatter 64 KiB 0.88.
+  // A preload in pieces costs the root's copy in and the receivers' copies out: from here one copy
+  // (the receivers reading the root's input, or the root writing theirs) wins.
   if (type == CollectiveType::kBroadcast) {
     return reads_directly(broadcast_single_copy_bytes_, bytes) && size_ <= kMostRanksReadingOneRoot;
   }
@@ -401,8 +390,7 @@ bool ShmTransport::reduce_for(const void* input, void* output, size_t count, Dat
     if (done == 0) push = outputs_located();
     // Reduce-scatter: this rank's slice, from its input and every peer's slot, straight
     // into its output, then copied into its slot for the peers. Reduced into the slot
-    // instead, its plain stores hit lines the peers read last round: np=2, 1 MiB, five
-    // jobs each, 124-294 us a call (four jobs 3x slow), against 98-113 us this way.
+    // instead, its plain stores would hit lines the peers read last round (slower, and erratic).
     if (hi > lo) {
       char* mine = out + (done + lo) * esize;
       const int first = rank_ == 0 ? 1 : 0;
@@ -588,7 +576,7 @@ void ShmTransport::gatherv(const void* mine, void* output, const std::vector<siz
   const char* my = static_cast<const char*>(mine);
   if (rank_ == root && byte_counts[root]) copy_bytes(out + offset[root], my, byte_counts[root]);
   // Only the root's output matters: the others' are empty, which is anywhere. A small gather
-  // takes one step through the segment rather than two (np=2, 4 KiB: 6-11 us against 8-12).
+  // takes one step through the segment rather than two.
   const size_t total = offset.back() + byte_counts.back();
   // Where the root's output lies in its heap, each sender writes its rows straight into it. From
   // rooted_share_bytes_, the root, idle otherwise, reads the first 1/size of every sender's rows
@@ -753,15 +741,10 @@ void ShmTransport::broadcast(void* buf, size_t bytes, int root) {
   if (moves_rooted_directly(CollectiveType::kBroadcast, bytes)) {
     // Each reader copies most of the root's buffer straight into its own; the root, idle
     // otherwise, writes the last 1/size of every reader's (process_vm_writev), which balances
-    // their work. In alternating jobs, time with the root's share / without: np=2 0.73-0.81
-    // (2 cores) and 0.56-0.62 (16 cores), np=3 0.84-0.96 and 0.60-0.74, np=4 0.92-1.02 and 0.79-0.81.
-    // Each reader says how much it reads (mail word 1): all of it, up to kMostBytesReadWhole,
-    // where its last read of this root's buffer found the lines in its own cache (the root's
-    // input unchanged since): the root's writes would pull lines the reader holds, and its
-    // read is fast. np=2, inputs unchanged, time reading whole / sharing: 16 / 32 / 64 / 128 KiB
-    // 0.85 / 0.81 / 0.74 / 0.72 (256 KiB 1.02); written afresh the share wins (1.05-1.44). Chosen
-    // so, four alternating jobs, time with the choice / without: 0.98 / 0.86 / 0.77 / 0.91 unchanged
-    // (the whole read taken in 84-94% of calls), written afresh never taken.
+    // their work. Each reader says how much it reads (mail word 1): all of it, up to
+    // kMostBytesReadWhole, where its last read of this root's buffer found the lines in its own
+    // cache (the root's input unchanged since): the root's writes would pull lines the reader
+    // holds, and its read is fast.
     const size_t share = round_down(bytes / size_, kLine);
     const bool reader = rank_ != root, may_read_whole = reader && bytes <= kMostBytesReadWhole;
     const RootRead read_now{p, bytes, root, false};
@@ -811,8 +794,8 @@ void ShmTransport::preload(const void* input, size_t bytes, bool rooted) {
     deferred_rooted_ = rooted;
     return;
   }
-  // Only a root's input (broadcast, scatter) streams: a preload is small, and an alltoall's
-  // streamed one ran 1.13-1.25x slower (in-job A/B, 16 KiB); every peer reads the root's area.
+  // Only a root's input (broadcast, scatter) streams, as every peer reads the root's area; an
+  // exchange's preload is small and read by one peer each, where streaming is slower.
   if (rooted) {
     copy_for_peers(area, input, bytes);
   } else {

@@ -104,8 +104,7 @@ class ShmTransport : public Transport, public ShmCapabilities {
   // A preload larger than one piece is copied in after this rank's arrival at the control
   // step, a piece at a time, each announced in its state's preloaded[] word: the readers,
   // released by the step, read a piece while this rank copies the next one in, where copying
-  // everything in before arriving had them wait for all of it (np=2, broadcast of 16-64 KiB:
-  // 0.84-0.87 of the time, scatter 0.89-0.93; pieces of 4 or 16 KiB did less).
+  // everything in before arriving had them wait for all of it.
   void fill_deferred_preload();
   // reduce_for's path from (rooted_)reduce_single_copy_bytes_: every rank's input and output
   // address in its mailbox (words 1 and 2), from the step just taken; `push`: every output is

@@ -2,11 +2,10 @@
 // (common/stream_bytes.h), found by measuring it once at start-up.
 //
 // A plain store into a line another core has just read must first take the
-// line back from that core's cache. On one 2-vCPU VM this project was measured
-// on, that took 3-10x longer in about half the jobs (1 MiB through a slot:
-// 400-620 us against 54-131), and streaming stores, which skip the fetch, were
-// never slow (124-161 us); on another, no job in 14 was slow and every
-// collective ran 3-35% faster with plain copies. So the ranks ask the machine.
+// line back from that core's cache. On some VMs that made copies several times
+// slower in about half the jobs, where streaming stores, which skip the fetch,
+// never were; on others plain copies were always faster. So the ranks ask the
+// machine (MEASUREMENTS.md, "Shared-memory data paths").
 #pragma once
 
 #include <mpi.h>
