@@ -30,7 +30,7 @@ bool refused_here(const Response& error, int set_rank) {
 Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) : tunables_(tunables) {
   if (tunables_.fusion_max_tensor_bytes < 0) {  // auto
     // Through shared memory a collective of its own costs a few microseconds, less than the
-    // copies into and out of the fusion buffer from 64 KiB (MEASUREMENTS.md, "Tensor fusion").
+    // copies into and out of the fusion buffer from 64 KiB (MEASUREMENTS.md, "Fusion on shared memory").
     tunables_.fusion_max_host_tensor_bytes = transport->shm() ? 65536 : 1048576;
     tunables_.fusion_max_tensor_bytes = 1048576;
   }
