@@ -26,7 +26,7 @@ from horo.torch.tensors import checked, from_core
 
 from horo.torch.distributed import p2p
 from horo.torch.distributed.all_to_all import AllToAll
-from horo.torch.distributed.reduce_ops import fold_gathered, reduction
+from horo.torch.distributed.reduce_ops import fold_gathered, plain_reduction, reduction
 from horo.torch.distributed.work import HoroWork
 
 BACKEND_NAME = "horo"
@@ -134,7 +134,8 @@ class ProcessGroupHoro(AllToAll, dist.ProcessGroup):
         blocking NumPy path over a view of the tensor). None where the general path is needed."""
         if not (tensor.is_cpu and tensor.is_contiguous() and tensor.dtype in _NUMPY_VIEWABLE):
             return None
-        red = reduction(opts.reduceOp, (tensor,), "allreduce")
+        # No bool here (not NumPy-viewable), so the plain ops need no look at the tensors.
+        red = plain_reduction(opts.reduceOp) or reduction(opts.reduceOp, (tensor,), "allreduce")
         if red.fold is not None:
             return None
         name = self._name("allreduce")

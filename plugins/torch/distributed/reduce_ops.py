@@ -29,6 +29,11 @@ class Reduction:
 _PLAIN = {kind: Reduction(kind, op=op) for kind, op in _HORO.items() if kind != _RED.PREMUL_SUM}
 
 
+def plain_reduction(reduce_op):
+    """The Reduction of SUM, AVG, MIN, MAX or PRODUCT on non-bool tensors, else None (then reduction())."""
+    return _PLAIN.get(getattr(reduce_op, "op", reduce_op))
+
+
 def reduction(reduce_op, tensors, collective):
     """The Reduction for `reduce_op` applied to `tensors` in `collective`; raises naming what is unsupported."""
     kind = getattr(reduce_op, "op", reduce_op)

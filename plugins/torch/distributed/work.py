@@ -38,7 +38,7 @@ class HoroWork(dist._Work):
     def finished(cls, outputs=None, what="operation"):
         """A Work for an operation that already completed (a blocking call, or one with nothing to move)."""
         work = cls(outputs=outputs, what=what)
-        work._complete()
+        work._done, work._value = True, work._outputs  # what _complete() would set, without its lock
         return work
 
     @classmethod
