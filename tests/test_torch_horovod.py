@@ -1,6 +1,6 @@
 """horo.torch against the behaviours Horovod's own test_torch.py found apart from Horovod 0.28
 (tests/mpi/ranks_torch_horovod.py): sparse_allreduce_async's callable handle, broadcast_optimizer_state
-before any step, ValueError for bad alltoall splits on every rank (and ranks kept in step when one
+before any step, ValueError for bad alltoall splits or indivisible rows on every rank (and ranks kept in step when one
 rank alone is wrong), sparse embeddings with SparseAdam; np=2 and 3."""
 import pytest
 

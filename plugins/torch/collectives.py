@@ -243,16 +243,17 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if t.dim() == 0:
         t = t.reshape(1)
     n = process_sets.set_size(process_set, name)
-    # Checked by the coordinator, so a bad split fails every rank, not just this one.
-    if splits is None:
-        # Even parts, as Horovod; rows that do not divide go as no splits, which the coordinator refuses.
+    # A ValueError, as Horovod raises for bad splits or indivisible rows, on this rank; refusing()
+    # fails the others' namesakes too, so no rank waits for this one.
+    with refusing("alltoall", name, process_set):
         rows = t.shape[0]
-        send = [rows // n] * n if rows % n == 0 else []
-    else:
-        # A ValueError, as Horovod raises for bad splits, on this rank; refusing() fails the others' too.
-        with refusing("alltoall", name, process_set):
+        if splits is None:  # even parts, as Horovod
+            if rows % n:
+                raise HoroValueError(f"alltoall '{name}': the first dimension {rows} does not divide by the {n} "
+                                     "ranks; pass splits= to send uneven parts")
+            send = [rows // n] * n
+        else:
             send = split_counts(splits, name)
-            rows = t.shape[0]
             if len(send) != n or any(c < 0 for c in send) or sum(send) != rows:
                 raise HoroValueError(f"'{name}': splits {send} must be {n} non-negative row counts (one per rank) "
                                      f"summing to the first dimension, {rows}")

@@ -73,6 +73,18 @@ def test_bad_alltoall_splits_raise_value_error_on_every_rank(hvd, comm):
 
 
 @needs_two_ranks
+def test_alltoall_rows_that_do_not_divide_raise_value_error_on_every_rank(hvd, comm):
+    """Without splits, a first dimension that does not divide by the ranks is each caller's own bad
+    argument: a ValueError (Horovod's test_horovod_alltoall_equal_split_length_error), not a failure
+    found later by the coordinator."""
+    size = hvd.size()
+    expect_raise_on_every_rank(comm, ValueError, lambda: hvd.alltoall(torch.empty(size + 1), name="th.a2a.indivisible"),
+                               must_contain=["th.a2a.indivisible", "does not divide"])
+    np.testing.assert_array_equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="th.after.indivisible").numpy(),
+                                  [size] * 2)
+
+
+@needs_two_ranks
 def test_bad_splits_on_one_rank_fail_every_rank_and_the_ranks_stay_in_step(hvd, comm):
     """A refusal is collective: the rank with the bad argument raises ValueError, the others an error too,
     and the next collectives line up (no rank waits for, or drifts past, another)."""
