@@ -6,63 +6,136 @@
 
 Launch with `mpirun -np N python train.py`; without mpirun it is a world of one.
 """
+import importlib
 import logging
+import sys
+import types
+from typing import TYPE_CHECKING
 
-from horo.errors import HoroError, HorovodInternalError, HoroValueError
-from horo.allgather import allgather, allgather_async, grouped_allgather, grouped_allgather_async
-from horo.alltoall import alltoall, alltoall_async
-from horo.barrier import barrier
-from horo.broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
-from horo.join import join
-from horo.objects import allgather_object, broadcast_object
-from horo.point_to_point import P2POp, batch_isend_irecv, irecv, isend, recv, send
-from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from horo.rooted import gather, gather_async, reduce, reduce_async, scatter, scatter_async
-from horo.reducescatter import (
-    grouped_reducescatter,
-    grouped_reducescatter_async,
-    reducescatter,
-    reducescatter_async,
+# Where each public name lives. `import horo` loads none of them (the launcher, horo-run, is
+# inside this package and must start without NumPy and the compiled core); the first use of any
+# one of them imports them all, in this order.
+_API = (
+    ("horo.errors", ("HoroError", "HorovodInternalError", "HoroValueError")),
+    ("horo.allgather", ("allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async")),
+    ("horo.alltoall", ("alltoall", "alltoall_async")),
+    ("horo.barrier", ("barrier",)),
+    ("horo.broadcast", ("broadcast", "broadcast_", "broadcast_async", "broadcast_async_")),
+    ("horo.join", ("join",)),
+    ("horo.objects", ("allgather_object", "broadcast_object")),
+    ("horo.point_to_point", ("P2POp", "batch_isend_irecv", "irecv", "isend", "recv", "send")),
+    ("horo.process_sets", ("ProcessSet", "add_process_set", "global_process_set", "remove_process_set")),
+    ("horo.rooted", ("gather", "gather_async", "reduce", "reduce_async", "scatter", "scatter_async")),
+    ("horo.reducescatter", ("grouped_reducescatter", "grouped_reducescatter_async", "reducescatter",
+                            "reducescatter_async")),
+    ("horo.allreduce", ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
+                        "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_")),
+    ("horo.basics", ("cross_rank", "cross_size", "init", "is_homogeneous", "is_initialized", "local_rank",
+                     "local_size", "mpi_threads_supported", "rank", "shutdown", "size", "tunables")),
+    ("horo.build_info", ("ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "mpi_built",
+                         "mpi_enabled", "nccl_built", "rocm_built")),
+    ("horo.gpu", ("gpu_available", "gpu_info", "nccl_version")),
+    ("horo.handles", ("poll", "synchronize")),
+    ("horo.timeline", ("start_timeline", "stop_timeline")),
+    ("horo.ops", ("Adasum", "Average", "Max", "Min", "Product", "Sum")),
 )
-from horo.allreduce import (
-    allreduce,
-    allreduce_,
-    allreduce_async,
-    allreduce_async_,
-    grouped_allreduce,
-    grouped_allreduce_,
-    grouped_allreduce_async,
-    grouped_allreduce_async_,
-)
-from horo.basics import (
-    cross_rank,
-    cross_size,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_threads_supported,
-    rank,
-    shutdown,
-    size,
-    tunables,
-)
-from horo.build_info import (
-    ccl_built,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    mpi_built,
-    mpi_enabled,
-    nccl_built,
-    rocm_built,
-)
-from horo.gpu import gpu_available, gpu_info, nccl_version
-from horo.handles import poll, synchronize
-from horo.timeline import start_timeline, stop_timeline
-from horo.ops import Adasum, Average, Max, Min, Product, Sum
+if TYPE_CHECKING:  # the same names, for type checkers and the API reference (griffe reads the code)
+    from horo.errors import HoroError, HorovodInternalError, HoroValueError
+    from horo.allgather import allgather, allgather_async, grouped_allgather, grouped_allgather_async
+    from horo.alltoall import alltoall, alltoall_async
+    from horo.barrier import barrier
+    from horo.broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
+    from horo.join import join
+    from horo.objects import allgather_object, broadcast_object
+    from horo.point_to_point import P2POp, batch_isend_irecv, irecv, isend, recv, send
+    from horo.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+    from horo.rooted import gather, gather_async, reduce, reduce_async, scatter, scatter_async
+    from horo.reducescatter import (
+        grouped_reducescatter,
+        grouped_reducescatter_async,
+        reducescatter,
+        reducescatter_async,
+    )
+    from horo.allreduce import (
+        allreduce,
+        allreduce_,
+        allreduce_async,
+        allreduce_async_,
+        grouped_allreduce,
+        grouped_allreduce_,
+        grouped_allreduce_async,
+        grouped_allreduce_async_,
+    )
+    from horo.basics import (
+        cross_rank,
+        cross_size,
+        init,
+        is_homogeneous,
+        is_initialized,
+        local_rank,
+        local_size,
+        mpi_threads_supported,
+        rank,
+        shutdown,
+        size,
+        tunables,
+    )
+    from horo.build_info import (
+        ccl_built,
+        cuda_built,
+        ddl_built,
+        gloo_built,
+        gloo_enabled,
+        mpi_built,
+        mpi_enabled,
+        nccl_built,
+        rocm_built,
+    )
+    from horo.gpu import gpu_available, gpu_info, nccl_version
+    from horo.handles import poll, synchronize
+    from horo.timeline import start_timeline, stop_timeline
+    from horo.ops import Adasum, Average, Max, Min, Product, Sum
+
+_HOME = {name: module for module, names in _API for name in names}
+_loading = False
+
+
+def _load_api():
+    global _loading
+    _loading = True
+    try:
+        for module, names in _API:
+            loaded = importlib.import_module(module)
+            for name in names:
+                globals()[name] = getattr(loaded, name)
+    finally:
+        _loading = False
+
+
+def __getattr__(name):
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'horo' has no attribute {name!r}")
+    if _loading:  # asked for by a module the full load is importing: that name's module alone
+        return getattr(importlib.import_module(module), name)
+    _load_api()
+    return globals()[name]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME))
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        # The import system sets horo.allreduce (and the like) to the submodule when it first loads it,
+        # which would hide the function of that name; the function is what `horo.allreduce` means.
+        if name in _HOME and isinstance(value, types.ModuleType) and value.__name__ == f"horo.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __version__ = "0.1.0"
 
