@@ -16,14 +16,26 @@ import shlex
 import shutil
 import sys
 
-from horo.run import check_build, command, hosts, job, lost_host, mpi_flavor, slurm, tunable_flags
+from horo.run import command, hosts, job, lost_host, mpi_flavor, slurm, tunable_flags
 
 
 class UsageError(Exception):
     pass
 
 
+class _HelpWithCoreDefaults(argparse.Action):
+    """-h/--help: the help text with the core's tunable defaults, which only --help loads the core for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        make_parser(tunable_flags.core_tunables()).print_help()
+        parser.exit()
+
+
 def make_parser(core_rows):
+    """The argument parser; core_rows ({env: row}, from tunable_flags.core_tunables()) word the tunables' help."""
     parser = argparse.ArgumentParser(
         prog="horo-run",
         description="Launch a horo job with the MPI found next to this Python or on PATH "
@@ -31,7 +43,9 @@ def make_parser(core_rows):
         epilog="Also forwarded to every rank: PATH, PYTHONPATH, LD_LIBRARY_PATH and every HORO_*/HOROVOD_* "
         "variable set here. Other tunables (see README) can be set as HORO_* variables.",
         allow_abbrev=False,
+        add_help=False,
     )
+    parser.add_argument("-h", "--help", action=_HelpWithCoreDefaults, help="show this help message and exit")
     parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, metavar="N",
                         help="number of ranks (default: the slots of -H/--hostfile)")
     where = parser.add_mutually_exclusive_group()
@@ -145,8 +159,8 @@ def spec_from_args(args, env=None, as_root=None, local_slots=None):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    # The core's table supplies --help's text and defaults; {} without a core.
-    parser = make_parser(tunable_flags.core_tunables())
+    # Parsing needs no core: only --help shows the core's defaults (_HelpWithCoreDefaults).
+    parser = make_parser({})
     args = parser.parse_args(argv)
     if args.program and args.program[0] == "--":
         args.program = args.program[1:]
@@ -164,6 +178,8 @@ def main(argv=None):
         return elastic_driver.main(args, mpirun, flavor)
 
     if args.check_build:
+        from horo.run import check_build
+
         sys.stdout.write(check_build.report(args.mpirun or mpi_flavor.find_mpirun()))
         try:
             alloc = slurm_allocation(args)
