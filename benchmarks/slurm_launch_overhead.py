@@ -13,7 +13,9 @@ allreduce, a barrier, exit) in each way, interleaved rep by rep:
 
 For each launch: start = submission to the first collective done on rank 0, exit = the last
 collective done on rank 0 to the launch command's exit, both wall-clock on this machine (the
-hosts share its clock). Reports medians and each variant's total against mpirun's (goal: <= 1.2x).
+hosts share its clock). Every variant's ranks run the same MPI transports (scripts/cluster.sh's
+OMPI_MCA_btl settings), so the launchers differ and nothing else. Reports medians and each
+variant's total against mpirun's (goal: <= 1.2x).
 Needs root; takes the cluster down again unless --keep.
 """
 import argparse
@@ -50,6 +52,13 @@ def cluster_env(env):
         key, _, value = line.removeprefix("export ").partition("=")
         out[key] = value
     return out
+
+
+def transports_env(env, cluster):
+    """`env` with the ranks' MPI transports of `cluster` (the BTLs, the subnet) and not its launch settings:
+    without them Open MPI 5 probes libfabric (its ofi BTL) in MPI_Init, a cost of the MPI's configuration
+    that only the Slurm launches would pay."""
+    return {**env, **{k: v for k, v in cluster.items() if k.startswith("OMPI_MCA_btl")}}
 
 
 def variants():
@@ -92,7 +101,8 @@ def main():
         sys.exit(f"scripts/slurm.sh up 3 failed:\n{up.stderr}")
     try:
         env = base_env()
-        envs = {True: cluster_env(env), False: env}
+        cluster = cluster_env(env)
+        envs = {True: cluster, False: transports_env(env, cluster)}
         runs = {name: [] for name in variants()}
         for name, (cmd, plain) in variants().items():  # one untimed launch each: caches warm
             launch(cmd, envs[plain])
