@@ -6,10 +6,10 @@
 
 Launch with `mpirun -np N python train.py`; without mpirun it is a world of one.
 """
-import importlib
+import importlib as _importlib
 import logging
-import sys
-import types
+import sys as _sys
+import types as _types
 from typing import TYPE_CHECKING
 
 # Where each public name lives. `import horo` loads none of them (the launcher, horo-run, is
@@ -105,7 +105,7 @@ def _load_api():
     _loading = True
     try:
         for module, names in _API:
-            loaded = importlib.import_module(module)
+            loaded = _importlib.import_module(module)
             for name in names:
                 globals()[name] = getattr(loaded, name)
     finally:
@@ -117,7 +117,7 @@ def __getattr__(name):
     if module is None:
         raise AttributeError(f"module 'horo' has no attribute {name!r}")
     if _loading:  # asked for by a module the full load is importing: that name's module alone
-        return getattr(importlib.import_module(module), name)
+        return getattr(_importlib.import_module(module), name)
     _load_api()
     return globals()[name]
 
@@ -126,16 +126,16 @@ def __dir__():
     return sorted(set(globals()) | set(_HOME))
 
 
-class _Package(types.ModuleType):
+class _Package(_types.ModuleType):
     def __setattr__(self, name, value):
         # The import system sets horo.allreduce (and the like) to the submodule when it first loads it,
         # which would hide the function of that name; the function is what `horo.allreduce` means.
-        if name in _HOME and isinstance(value, types.ModuleType) and value.__name__ == f"horo.{name}":
+        if name in _HOME and isinstance(value, _types.ModuleType) and value.__name__ == f"horo.{name}":
             return
         super().__setattr__(name, value)
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package
 
 __version__ = "0.1.0"
 
