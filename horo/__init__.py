@@ -7,6 +7,7 @@
 Launch with `mpirun -np N python train.py`; without mpirun it is a world of one.
 """
 import importlib as _importlib
+from importlib import util as _importlib_util
 import logging
 import sys as _sys
 import types as _types
@@ -115,6 +116,10 @@ def _load_api():
 def __getattr__(name):
     module = _HOME.get(name)
     if module is None:
+        # A submodule (horo._native, horo.enqueue, ...) was an attribute once `import horo` had
+        # loaded the API; it is one on first use now, as the import system's own `from horo import x`.
+        if not name.startswith("__") and _importlib_util.find_spec(f"horo.{name}") is not None:
+            return _importlib.import_module(f"horo.{name}")
         raise AttributeError(f"module 'horo' has no attribute {name!r}")
     if _loading:  # asked for by a module the full load is importing: that name's module alone
         return getattr(_importlib.import_module(module), name)

@@ -71,6 +71,8 @@ def test_import_horo_gives_every_public_name_as_before():
             "allreduce_as": allreduce.__module__ + "." + allreduce.__name__,
             "in_dir": set(horo.__all__) <= set(dir(horo)),
             "error": issubclass(horo.HoroValueError, ValueError),
+            "submodule": horo._native.__name__,  # reachable as an attribute, as when import horo loaded all
+            "missing": hasattr(horo, "no_such_name"),
         }))
         """
     )
@@ -79,6 +81,7 @@ def test_import_horo_gives_every_public_name_as_before():
     assert got["modules"] == [], f"submodules where functions belong: {got['modules']}"
     assert got["barrier"] == "horo.barrier.barrier" and got["allreduce_as"] == "horo.allreduce.allreduce"
     assert got["in_dir"] and got["error"]
+    assert got["submodule"] == "horo._native" and got["missing"] is False
 
 
 def test_the_type_checking_imports_name_what_horo_loads():
