@@ -146,6 +146,19 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     return tape
 
 
+def layer_list(local_layers):
+    """`local_layers` (None, a Keras layer, or a list of them) as a list; raises on anything else."""
+    import keras
+
+    if local_layers is None:
+        return []
+    if isinstance(local_layers, keras.layers.Layer):
+        return [local_layers]
+    if not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("local_layers must be a Keras layer or a list of Keras layers")
+    return list(local_layers)
+
+
 def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
                                    sparse_as_dense=False, op=horo.Average, gradient_predivide_factor=1.0,
                                    num_groups=0, groups=None, process_set=global_process_set, local_layers=None,
@@ -153,14 +166,7 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", 
     """DistributedGradientTape whose `local_layers` (Keras layers: model-parallel parts each rank
     keeps to itself) keep their own gradients; every other gradient is allreduced as usual.
     With `scale_local_gradients` the local gradients are divided by the set's size, as Horovod does."""
-    import keras
-
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("local_layers must be a Keras layer or a list of Keras layers")
+    local_layers = layer_list(local_layers)
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
     for layer in local_layers:

@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 
 import horo.tensorflow as htf
+from horo.tensorflow.gradient_tape import layer_list
 
 _classes = {}  # optimizer class -> its distributed subclass (one per class: isinstance and repeated wraps agree)
 
@@ -243,12 +244,7 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     """DistributedOptimizer whose `local_layers` (a Keras layer or a list: model-parallel parts each
     rank keeps to itself) keep their own gradients, divided by the set size with
     `scale_local_gradients`, as in Horovod; every other gradient is allreduced."""
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("local_layers must be a Keras layer or a list of Keras layers")
+    local_layers = layer_list(local_layers)
     opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
                                gradient_predivide_factor, op, backward_passes_per_step, average_aggregated_gradients,
                                groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
