@@ -22,6 +22,8 @@ constexpr std::chrono::microseconds kCallerGrace{100};
 constexpr std::chrono::microseconds kHelperLockWait{1000};
 // How often the loop tests point-to-point transfers in flight that nobody waits for.
 constexpr std::chrono::microseconds kPointToPointPoll{1000};
+// A timeline stopped while a collective runs longer than this closes without that collective's events.
+constexpr std::chrono::seconds kTimelineFlushWait{10};
 bool refused_here(const Response& error, int set_rank) {
   return std::find(error.per_rank.begin(), error.per_rank.end(), set_rank) != error.per_rank.end();
 }
@@ -137,19 +139,28 @@ void Engine::shutdown() {
   shutdown_requested_ = true;
   queue_.wake();
   if (thread_.joinable()) thread_.join();
-  timeline_.stop(false);
+  timeline_.stop();
 }
 
 void Engine::start_timeline(const std::string& path, bool mark_cycles) {
   if (rank_ != 0) return;
   if (stopped_) throw Error("horo has been shut down" + stop_reason_ + "; call horo.init() again first");
+  flush_timeline();  // into the file being replaced
   timeline_.start(path, mark_cycles);
 }
 
 void Engine::stop_timeline() {
   if (rank_ != 0) return;
-  queue_.wake();  // the next flush comes sooner
-  timeline_.stop(!stopped_);
+  flush_timeline();
+  timeline_.stop();
+}
+
+void Engine::flush_timeline() {
+  // Cycles record under the cycle lock: between two of them, what they recorded
+  // (say, the rest of a collective whose handle the caller holds) is flushed here,
+  // where an idle background thread would run no pass that flushes it.
+  std::unique_lock<std::timed_mutex> lock(cycle_mutex_, std::defer_lock);
+  if (lock.try_lock_for(kTimelineFlushWait)) timeline_.flush();
 }
 
 bool Engine::any_pending() const {
@@ -235,7 +246,7 @@ void Engine::loop() {
   }
   std::lock_guard<std::timed_mutex> lock(cycle_mutex_);
   stop_ = true;  // no caller runs a cycle from here on
-  timeline_.engine_exited();
+  timeline_.flush();
   queue_.set_on_work(nullptr);  // before the transport it calls goes
   // Frees the communicators, sub-sets first; every rank leaves the loop in the same cycle.
   while (!sets_.empty()) sets_.erase(std::prev(sets_.end()));

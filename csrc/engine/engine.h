@@ -92,6 +92,7 @@ class Engine {
     std::unique_ptr<GpuExecutor> gpu;  // made on the set's first GPU tensor
   };
   void loop();
+  void flush_timeline();  // rank 0, a caller thread
   // One cycle of every process set and the execution of what they agreed on.
   // Caller holds cycle_mutex_. True when anything ran.
   bool run_pass();

@@ -75,7 +75,7 @@ constexpr auto kWriteInterval = std::chrono::milliseconds(200);
 
 void Timeline::start(const std::string& path, bool mark_cycles) {
   std::lock_guard<std::mutex> control(control_);
-  close(true);  // replaces a running timeline (the engine is running)
+  close();  // replaces a running timeline
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) throw Error("cannot open the timeline file '" + path + "': " + std::strerror(errno));
   std::fputs("[\n", f);
@@ -94,25 +94,15 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   active_.store(true, std::memory_order_release);
 }
 
-void Timeline::stop(bool engine_running) {
+void Timeline::stop() {
   std::lock_guard<std::mutex> control(control_);
-  close(engine_running);
+  close();
 }
 
-void Timeline::close(bool engine_running) {
+void Timeline::close() {
   if (file_ == nullptr) return;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (engine_running && !engine_gone_) {
-      // Still recording: what the background thread records up to the end of
-      // its current cycle (say, the rest of a collective whose handle the caller
-      // already holds) arrives with its next flush, at most one cycle away
-      // unless a long collective is running.
-      stop_waiting_ = true;
-      const uint64_t before = flushes_;
-      flushed_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return flushes_ != before || engine_gone_; });
-      stop_waiting_ = false;
-    }
+    std::lock_guard<std::mutex> lock(mutex_);
     closing_ = true;  // later flushes are dropped
   }
   active_.store(false, std::memory_order_release);
@@ -232,7 +222,7 @@ void Timeline::mark_cycle(int64_t start_us, int64_t responses) {
 }
 
 void Timeline::flush() {
-  if (local_.empty() && new_rows_.empty() && !stop_waiting_.load(std::memory_order_relaxed)) return;
+  if (local_.empty() && new_rows_.empty()) return;
   bool wake_writer = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -243,21 +233,10 @@ void Timeline::flush() {
       pending_.insert(pending_.end(), local_.begin(), local_.end());
       wake_writer = pending_.size() >= kBatchEvents;
     }
-    ++flushes_;
   }
   local_.clear();
   new_rows_.clear();
-  flushed_cv_.notify_all();
   if (wake_writer) writer_cv_.notify_one();
-}
-
-void Timeline::engine_exited() {
-  flush();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    engine_gone_ = true;
-  }
-  flushed_cv_.notify_all();
 }
 
 // ---------------------------------------------------------------- writer thread

@@ -41,18 +41,18 @@ class Timeline {
   using Clock = std::chrono::steady_clock;
 
   Timeline() = default;
-  ~Timeline() { stop(false); }
+  ~Timeline() { stop(); }
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
   // Caller threads. start() replaces a running timeline; throws Error when
-  // the file cannot be opened. stop() with `engine_running` waits (briefly)
-  // until the background thread has handed over what it recorded.
+  // the file cannot be opened. What cycles recorded and did not flush yet is
+  // lost: the engine flushes between cycles first (Engine::flush_timeline).
   void start(const std::string& path, bool mark_cycles);
   // Where this job runs (ranks, hosts, transport): a label on row 0 of every
   // trace. Set once, before the first start().
   void set_topology(std::string topology) { topology_ = std::move(topology); }
-  void stop(bool engine_running);
+  void stop();
   // Cheap enough for the enqueue path: one relaxed load.
   bool recording() const { return active_.load(std::memory_order_relaxed); }
 
@@ -69,10 +69,9 @@ class Timeline {
   int64_t activity_start() { return active() ? now_us() : -1; }
   void activity(const char* label, int64_t start_us);
   void mark_cycle(int64_t start_us, int64_t responses);
-  // Hands recorded events to the writer (once per loop iteration).
+  // Hands recorded events to the writer (after every pass; by whoever holds the
+  // engine's cycle lock, which every recording happens under).
   void flush();
-  // The background thread has exited: stop() must not wait for it.
-  void engine_exited();
 
  private:
   struct Event {
@@ -101,21 +100,18 @@ class Timeline {
   void span(const Row& r, const char* label, int64_t start, int64_t end, int64_t arg = -1) {
     local_.push_back(Event{start, end - start, r.id, 'X', label, arg});
   }
-  void close(bool engine_running);  // control_ held
+  void close();  // control_ held
   void write_loop();
   void write_batch(std::vector<Event>& events, std::vector<std::pair<int, std::string>>& rows);
 
   // Shared state (mutex_).
   std::mutex control_;  // serialises start/stop
   std::mutex mutex_;
-  std::condition_variable writer_cv_, flushed_cv_;
+  std::condition_variable writer_cv_;
   std::vector<Event> pending_;
   std::vector<std::pair<int, std::string>> pending_rows_;
-  uint64_t flushes_ = 0;
-  bool engine_gone_ = false;
   bool closing_ = false;
   std::atomic<bool> active_{false};
-  std::atomic<bool> stop_waiting_{false};
   std::atomic<uint64_t> session_{0};
   Clock::time_point origin_;
   bool mark_cycles_ = false;

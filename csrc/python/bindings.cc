@@ -489,7 +489,9 @@ PYBIND11_MODULE(_core, m) {
       "start_timeline",
       [](const std::string& path, bool mark_cycles) {
         require_init();
-        g_engine->start_timeline(path, mark_cycles);
+        std::shared_ptr<Engine> engine = g_engine;
+        py::gil_scoped_release release;  // it waits for the cycle lock
+        engine->start_timeline(path, mark_cycles);
       },
       py::arg("file_path"), py::arg("mark_cycles") = false,
       "Rank 0 starts writing a Chrome trace of every tensor's phases to file_path (replacing a running one).");
