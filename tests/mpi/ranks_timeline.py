@@ -35,9 +35,15 @@ def test_timeline_records_named_collectives():
     horo.allreduce(np.ones(4), name="straggler", op=horo.Sum)
 
     # At run time: replaces the HORO_TIMELINE one (closing it); every rank calls it, rank 0 writes.
+    # Neither waits for an idle background thread's next pass (once 10 s each on rank 0).
+    started = time.monotonic()
     horo.start_timeline(str(_out() / f"runtime.rank{rank}.json"), mark_cycles=True)
+    assert time.monotonic() - started < 3, f"start_timeline took {time.monotonic() - started:.1f}s"
     horo.allreduce(np.ones(8), name="late.sum", op=horo.Sum)
+    time.sleep(0.2)  # the engine goes idle
+    started = time.monotonic()
     horo.stop_timeline()
+    assert time.monotonic() - started < 3, f"stop_timeline took {time.monotonic() - started:.1f}s"
     horo.allreduce(np.ones(8), name="untraced", op=horo.Sum)
     MPI.COMM_WORLD.Barrier()
     if rank == 0:
