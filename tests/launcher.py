@@ -65,6 +65,8 @@ def mpi_env(extra=None):
             "PYTHONDONTWRITEBYTECODE": "1",
         }
     )
+    # as horo-run does for a job on one host (horo/run/fabric.py): no libfabric probe, a second a launch
+    env.setdefault("OMPI_MCA_btl", "^ofi")
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     for k, v in (extra or {}).items():
         if v is None:

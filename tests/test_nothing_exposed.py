@@ -6,7 +6,7 @@ horo-run hands user arguments to the program as an argv list, never through a sh
 Open MPI's own runtime (prterun/prted/PMIx) listens, in processes of its own: the check is
 on the ranks' pids only. Open MPI's TCP BTL, though, opens a listener inside each rank
 process (0.0.0.0, seen here with `ss -ltnp`): it is MPI's, not horo's, and one host does not
-need it, so these jobs run with OMPI_MCA_btl=^tcp (excluded by name, valid on Open MPI 4 and 5).
+need it, so these jobs run with OMPI_MCA_btl=^tcp,ofi (excluded by name, valid on Open MPI 4 and 5; no ofi: as horo-run on one host).
 """
 import glob
 import json
@@ -97,7 +97,7 @@ def _run_job_and_inspect(tmp_path, env):
     piddir = tmp_path / "pids"
     piddir.mkdir()
     cmd = mpirun_command(2, [sys.executable, "-c", JOB, str(piddir)])
-    proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), env=mpi_env(dict(env, OMPI_MCA_btl="^tcp")),
+    proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), env=mpi_env(dict(env, OMPI_MCA_btl="^tcp,ofi")),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
@@ -144,7 +144,7 @@ SHOW_ARGV = "import json, sys; print('ARGV=' + json.dumps(sys.argv[1:]), flush=T
 def test_horo_run_passes_arguments_as_an_argv_list(tmp_path):
     marker_a, marker_b, marker_c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     args = [f"x; touch {marker_a}", f"$(touch {marker_b})", f"`touch {marker_c}`", "two words", "*", "'q'", ""]
-    env = mpi_env({"OMPI_MCA_btl": "^tcp"})
+    env = mpi_env({"OMPI_MCA_btl": "^tcp,ofi"})
     proc = subprocess.run([sys.executable, "-m", "horo.run", "-np", "2", sys.executable, "-c", SHOW_ARGV, *args],
                           cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -330,6 +330,24 @@ def test_launcher_keepalive_follows_the_peer_timeout_unless_set():
     assert "PRTE_MCA_oob_tcp_keepalive_time" not in mine and mine["PRTE_MCA_oob_tcp_keepalive_intvl"] == "30"
 
 
+def test_a_job_on_this_host_alone_leaves_out_open_mpis_ofi_transport(openmpi, tmp_path):
+    import socket
+
+    from horo.run import command, fabric, launcher
+
+    def added(*argv, env=BASE_ENV):
+        args = launcher.make_parser({}).parse_args(["--mpirun", openmpi, *argv, "python", "train.py"])
+        return fabric.launch_env(launcher.spec_from_args(args, env=env, as_root=False, local_slots=4))
+
+    assert added("-np", "2") == {"OMPI_MCA_btl": "^ofi"}
+    assert added("-np", "4", "-H", f"localhost:2,{socket.gethostname()}:2") == {"OMPI_MCA_btl": "^ofi"}
+    assert added("-np", "4", "-H", "localhost:2,node7:2") == {}  # a fabric may join the hosts
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node7 slots=2\nnode8 slots=2\n")
+    assert added("--hostfile", str(hostfile)) == {}
+    assert added("-np", "2", env=dict(BASE_ENV, OMPI_MCA_btl="self,vader")) == {}  # the user's choice stays
+
+
 # --- real launches ---------------------------------------------------------------
 
 ALLREDUCE_JOB = textwrap.dedent(
@@ -349,6 +367,9 @@ def test_two_rank_job_runs_an_allreduce():
     proc = horo_run("-np", "2", "--cycle-time-ms", "1", "python", "-c", ALLREDUCE_JOB)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rank 0 of 2 ok" in proc.stdout and "rank 1 of 2 ok" in proc.stdout
+    # a job on one host: no libfabric probe in MPI_Init (horo/run/fabric.py)
+    proc = horo_run("-np", "2", "python", "-c", "import os; print('btl', os.environ.get('OMPI_MCA_btl'))")
+    assert proc.stdout.count("btl ^ofi") == 2, proc.stdout + proc.stderr
 
 
 FAILING_JOB = textwrap.dedent(

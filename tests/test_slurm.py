@@ -67,12 +67,13 @@ class Slurm:
             assert proc.returncode == 0, f"{' '.join(map(str, cmd))}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
 
-    def sbatch(self, name, body, *options):
+    def sbatch(self, name, body, *options, tasks_per_node=2):
         """Submits a batch script (2 tasks on each of the 3 nodes); returns (job id, output file)."""
         script, out = self.jobs / f"{name}.sbatch", self.jobs / f"{name}.out"
         out.unlink(missing_ok=True)
         # append: horo-run and slurmstepd write to the output at the same time, neither over the other
-        script.write_text(f"#!/bin/bash\n#SBATCH -N 3 --ntasks-per-node=2 -o {out} --open-mode=append -J {name}\n{body}\n")
+        script.write_text(f"#!/bin/bash\n#SBATCH -N 3 --ntasks-per-node={tasks_per_node} -o {out} --open-mode=append "
+                          f"-J {name}\n{body}\n")
         proc = self.on("h1", "sbatch", "--parsable", *options, script, timeout=60, check=True)
         return proc.stdout.strip().split(";")[0], out
 
@@ -319,26 +320,33 @@ def test_scancel_mid_job_ends_every_rank_and_leaves_nothing(slurm, launcher):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
-def test_killed_slurmd_mid_job_ends_the_job_naming_the_host(slurm, launcher):
-    ranks_dir = slurm.jobs / f"nodefail-{launcher}"
-    shutil.rmtree(ranks_dir, ignore_errors=True)
-    ranks_dir.mkdir()
-    job, out = slurm.sbatch("nodefail", f"exec {HORO_RUN} --slurm-launch {launcher} {sys.executable} {JOB} long {ranks_dir}",
-                            "--no-requeue")
-    slurm.wait_for_ranks(ranks_dir, job)
+def test_killed_slurmd_mid_job_ends_the_job_naming_the_host(slurm):
+    # Two jobs side by side (one task per node each), one launched with srun, one with mpirun:
+    # both lose h3 to the one killed slurmd.
+    jobs = {}
+    for launcher in ("srun", "mpirun"):
+        ranks_dir = slurm.jobs / f"nodefail-{launcher}"
+        shutil.rmtree(ranks_dir, ignore_errors=True)
+        ranks_dir.mkdir()
+        jobs[launcher] = (*slurm.sbatch(f"nodefail-{launcher}", f"exec {HORO_RUN} --slurm-launch {launcher} "
+                                        f"{sys.executable} {JOB} long {ranks_dir}", "--no-requeue", tasks_per_node=1),
+                          ranks_dir)
+    for job, _, ranks_dir in jobs.values():
+        slurm.wait_for_ranks(ranks_dir, job, count=3)
     pidfile = STATE / "slurm" / "run" / "slurmd-h3.pid"
     os.kill(int(pidfile.read_text()), signal.SIGKILL)
     try:
-        # Slurm calls a node down after SlurmdTimeout (10 s here) without its slurmd, and ends its jobs
-        state, text = slurm.wait_for_end(job, 120)
-        assert state == "NODE_FAIL", text
-        deadline = time.monotonic() + 30
-        log = ""
-        while time.monotonic() < deadline and "h3" not in log:
-            log = out.read_text(errors="replace") if out.exists() else ""
-            time.sleep(0.5)
-        assert re.search(rf"horo-run: Slurm ended job {job} on a node failure: h3 is DOWN", log), log[-4000:]
+        for launcher, (job, out, _) in jobs.items():
+            # Slurm calls a node down after SlurmdTimeout (10 s here) without its slurmd, and ends its jobs
+            state, text = slurm.wait_for_end(job, 120)
+            assert state == "NODE_FAIL", f"{launcher}: {text}"
+            deadline = time.monotonic() + 30
+            log = ""
+            while time.monotonic() < deadline and "h3" not in log:
+                log = out.read_text(errors="replace") if out.exists() else ""
+                time.sleep(0.5)
+            assert re.search(rf"horo-run: Slurm ended job {job} on a node failure: h3 is DOWN", log), \
+                f"{launcher}: {log[-4000:]}"
     finally:
         # the node comes back for the tests after this one: a new slurmd re-registers (ReturnToService=2)
         subprocess.run(["bash", str(SLURM_SH), "exec", "h3", "slurmd", "-N", "h3", "-f",

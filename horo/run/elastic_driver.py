@@ -23,7 +23,7 @@ import time
 
 from horo.elastic.driver_link import DRIVER_VARIABLE, GENERATION_VARIABLE, SECRET_VARIABLE
 from horo.elastic.run import EXIT_PEER_LOST
-from horo.run import command, elastic_flags, hosts, lost_host, tunable_flags
+from horo.run import command, elastic_flags, fabric, hosts, lost_host, tunable_flags
 from horo.run.elastic_hosts import HostDiscovery, plan_hosts
 from horo.run.elastic_state_server import StateServer, say
 from horo.run.job import _exit_status, pump_stderr
@@ -128,6 +128,7 @@ class ElasticDriver:
         cmd = command.build_command(spec)
         if spec.flavor == command.OPENMPI:
             env.update(lost_host.keepalive_env(env, spec.tunable_env))
+            env.update(fabric.launch_env(spec))
         return cmd, env
 
     def _launch(self, cmd, env):

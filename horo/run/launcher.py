@@ -16,7 +16,7 @@ import shlex
 import shutil
 import sys
 
-from horo.run import command, hosts, job, lost_host, mpi_flavor, slurm, tunable_flags
+from horo.run import command, fabric, hosts, job, lost_host, mpi_flavor, slurm, tunable_flags
 
 
 class UsageError(Exception):
@@ -216,7 +216,7 @@ def main(argv=None):
         print(command.shell_quote(cmd), file=sys.stderr, flush=True)
     env = spec.env
     if spec.flavor == command.OPENMPI:
-        env = {**env, **lost_host.keepalive_env(env, spec.tunable_env)}
+        env = {**env, **lost_host.keepalive_env(env, spec.tunable_env), **fabric.launch_env(spec)}
     if alloc is None:
         return job.run_job(cmd, env)
     segments = slurm.mpi_segments()
