@@ -23,7 +23,7 @@ import torch
 
 from horo import basics
 from horo.elastic import ObjectState as _ObjectState
-from horo.elastic import State, run, run_fn
+from horo.elastic import State, driver_link, run, run_fn
 from horo.errors import HorovodInternalError, HostsUpdatedInterrupt
 from horo.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
@@ -240,6 +240,9 @@ class TorchState(ObjectState):
         super().__setattr__(name, value)
 
     def save(self):
+        # The snapshot is overwritten in place: first let rank 0's hand-off of the last commit, which
+        # sends from it, finish.
+        driver_link.handoff_done()
         for handler in self._handlers.values():
             handler.save()
         super().save()
