@@ -13,6 +13,7 @@ function therefore starts afresh in each launch; inside one, the loop is Horovod
 """
 import functools
 import os
+import signal
 import socket
 import sys
 import time
@@ -26,6 +27,9 @@ from horo.errors import HorovodInternalError, HostsUpdatedInterrupt
 LEAVE_AFTER_PEER_LOSS_SECONDS = 10.0
 # The exit status of a rank that left because a peer failed: horo-run does not blame that rank's host.
 EXIT_PEER_LOST = 75
+# How long rank 0, told to terminate, lets a commit on its way to the driver finish (the launcher that ends
+# a launch on a failure follows its SIGTERM with a SIGKILL soon after, which cuts it short anyway).
+FINISH_HANDOFF_ON_SIGTERM_SECONDS = 5.0
 
 
 def run_fn(func, reset=None):
@@ -39,6 +43,8 @@ def run_fn(func, reset=None):
             state.sync()
             return func(state, *args, **kwargs)
         state.resume_from_driver()
+        if basics.rank() == 0:
+            _finish_handoff_on_sigterm()
         try:
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt:
@@ -61,6 +67,27 @@ def run_fn(func, reset=None):
 def run(func):
     """Horovod's `@hvd.elastic.run` decorator."""
     return run_fn(func)
+
+
+def _finish_handoff_on_sigterm():
+    """On rank 0: SIGTERM (the launcher ending the launch because another rank failed, or horo-run stopping)
+    first lets the commit on its way to the driver arrive, so the relaunch resumes from it, then terminates
+    the process as SIGTERM would have. A handler the program installed itself is left in place."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def handler(signum, _frame):
+        try:
+            driver_link.handoff_done(timeout=FINISH_HANDOFF_ON_SIGTERM_SECONDS)
+        except (OSError, ConnectionError):
+            pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        pass  # not the main thread: SIGTERM keeps its default action
 
 
 def _leave_after_peer_loss(error):

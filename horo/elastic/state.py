@@ -54,22 +54,29 @@ class State:
         if sender is not None:
             sender.wait()  # save() overwrites the snapshot the last hand-off sends from
         self.save()
+        payload = self.serialize() if sender is not None else None
+        hosts_updated = self._hosts_updated_everywhere(link)
         if sender is not None:
-            sender.submit(self.serialize())
-        self.check_host_updates()
+            # Started after the broadcast, so the hand-off competes with the next steps, not with it; a
+            # launch stopping for new hosts waits for it (horo.elastic.run).
+            sender.submit(payload)
+        if hosts_updated:
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when the driver has a new set of hosts."""
-        link = driver_link.link()
+        if self._hosts_updated_everywhere(driver_link.link()):
+            raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def _hosts_updated_everywhere(self, link):
         if link is None:
-            return  # not an elastic launch: hosts never change
+            return False  # not an elastic launch: hosts never change
         hosts_updated = self._rank() == 0 and driver_link.host_watch().updated.is_set()
         # Every rank must leave together, so rank 0's flag is everyone's: one small broadcast (not an
         # object's two), as it runs at every commit.
         flag = np.array([1 if hosts_updated else 0], dtype=np.int32)
         broadcast_(flag, 0, name="horo.elastic.hosts_updated")
-        if flag[0]:
-            raise HostsUpdatedInterrupt(skip_sync=False)
+        return bool(flag[0])
 
     def resume_from_driver(self):
         """At the start of an elastic launch: rank 0 fetches the last commit from the driver (none at the

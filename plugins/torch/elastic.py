@@ -142,13 +142,21 @@ class _TensorRef:
         self.offset, self.nbytes, self.dtype, self.shape = offset, nbytes, dtype, tuple(shape)
 
 
+class _Tensors(list):
+    """The tensors _split takes out, and the bytes they take so far (each one's offset, kept as it goes:
+    summing the list again per tensor is quadratic in a model's hundreds of tensors)."""
+    nbytes = 0
+
+
 def _split(obj, tensors):
-    """`obj` with each tensor replaced by a _TensorRef; the tensors (CPU, contiguous) appended to `tensors`."""
+    """`obj` with each tensor replaced by a _TensorRef; the tensors (CPU, contiguous) appended to `tensors`
+    (a _Tensors)."""
     if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
-        offset = sum(x.numel() * x.element_size() for x in tensors)
+        offset, nbytes = tensors.nbytes, t.numel() * t.element_size()
         tensors.append(t)
-        return _TensorRef(offset, t.numel() * t.element_size(), t.dtype, t.shape)
+        tensors.nbytes += nbytes
+        return _TensorRef(offset, nbytes, t.dtype, t.shape)
     if isinstance(obj, dict):
         out = type(obj)((k, _split(v, tensors)) for k, v in obj.items())
         if hasattr(obj, "_metadata"):
@@ -260,7 +268,7 @@ class TorchState(ObjectState):
 
     def serialize(self):
         # A small pickled skeleton, then every tensor's bytes straight from the snapshot (no copy).
-        tensors = []
+        tensors = _Tensors()
         skeleton = pickle.dumps({"handlers": {name: _split(h.saved, tensors) for name, h in self._handlers.items()},
                                  "objects": self._saved_state}, protocol=pickle.HIGHEST_PROTOCOL)
         return [_SKELETON_LENGTH.pack(len(skeleton)), skeleton] + \
