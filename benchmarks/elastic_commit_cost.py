@@ -51,7 +51,8 @@ def main():
     torch.set_num_threads(1)
     if hvd.rank() == 0:
         where = "to the driver" if driver_link.under_driver() else "in memory only (no elastic horo-run)"
-        print(f"np={hvd.size()}, commits {where}; per model: ms/step, ms inside commit(), commit share at 1 commit / {args.steps} steps")
+        print(f"np={hvd.size()}, commits {where}; per model: ms/step, ms inside commit(), "
+              f"commit share at 1 commit / {args.steps} steps")
     for name in args.models.split(","):
         widths = MODELS[name]
         torch.manual_seed(0)

@@ -2,8 +2,9 @@
 
 A state lives on every rank. `commit()` keeps a copy in memory (the point `restore()` goes back
 to) and, in a job launched by an elastic horo-run, rank 0 also hands the serialised copy to the
-driver (from a thread, while training goes on), which holds it in memory: when ranks die or hosts change, the driver relaunches the job
-and the new ranks start from it (see horo.elastic.run). Nothing is written to disk.
+driver (from a thread, while training goes on), which holds it in memory: when ranks die or hosts
+change, the driver relaunches the job and the new ranks start from it (see horo.elastic.run).
+Nothing is written to disk.
 """
 import copy
 import os

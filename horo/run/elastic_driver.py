@@ -100,8 +100,9 @@ class ElasticDriver:
             return
         self._interrupted = generation
         wanted = self._hosts_wanted()
+        going_on = _describe(wanted) if wanted else "the hosts there are"
         say(f"hosts changed: launch {generation} on {_describe(self.planned)} stops at this commit "
-            f"(commit {self.server.commits}); the job goes on with {_describe(wanted) if wanted else 'the hosts there are'}")
+            f"(commit {self.server.commits}); the job goes on with {going_on}")
 
     def _wait_for_slots(self, needed):
         """The hosts for the next launch once `needed` slots are free, or ElasticError after --elastic-timeout."""
