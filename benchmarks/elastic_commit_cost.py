@@ -2,12 +2,15 @@
 
     horo-run -np 2 --host-discovery-script "echo localhost:2" python benchmarks/elastic_commit_cost.py
 
-For each model: training steps (batch 32 per rank, SGD with momentum, hvd.DistributedOptimizer)
-and commits (TorchState(model, optimizer): the in-memory copy on every rank, rank 0's serialised
-state handed to horo-run, the host-update answer broadcast) alternate, block by block; the
-figures are medians over the blocks, each block's time the slowest rank's. Printed: ms per step,
-ms per commit, and the commit's share of a step when committing every 10 steps
-(commit / (10 x step)); the issue's goal is <= 5%.
+For each model (batch 32 per rank, SGD with momentum, hvd.DistributedOptimizer,
+TorchState(model, optimizer)), two kinds of timed block alternate: --steps training steps, and
+one state.commit() followed by the same steps (the in-memory copy on every rank, rank 0's hand-off
+of the serialised state to horo-run, the host-update flag broadcast). A hand-off that goes on in
+the background after commit() returns is paid for where it slows the steps after it, so the whole
+block with a commit is the measure: share = (commit block - steps block) / steps block, i.e. the
+commit's cost when committing every --steps steps (the issue's goal: <= 5% at 10). Also printed:
+the time inside commit() itself. Each block's time is the slowest rank's; the share is the median
+over the pairs of blocks, the times medians over the blocks.
 Launched without an elastic horo-run, the commit keeps only the in-memory copy.
 """
 import argparse
@@ -41,15 +44,15 @@ def slowest(seconds):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--steps", type=int, default=10, help="steps per timed block")
-    p.add_argument("--commits", type=int, default=3, help="commits per timed block")
+    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--steps", type=int, default=10, help="steps per timed block (one commit per this many steps)")
     args = p.parse_args()
     hvd.init()
     torch.set_num_threads(1)
     if hvd.rank() == 0:
         where = "to the driver" if driver_link.under_driver() else "in memory only (no elastic horo-run)"
-        print(f"np={hvd.size()}, commits {where}; per model: ms/step, ms/commit, commit share at 1 commit / 10 steps")
+        print(f"np={hvd.size()}, commits {where}; per model: ms/step, ms inside commit(), "
+              f"commit share at 1 commit / {args.steps} steps")
     for name in args.models.split(","):
         widths = MODELS[name]
         torch.manual_seed(0)
@@ -68,24 +71,30 @@ def main():
         step()
         for _ in range(3):  # warm-up: the connection to the driver, and the driver's two buffers
             state.commit()
-        steps, commits = [], []
+            step()
+        steps, with_commit, calls = [], [], []
         for _ in range(args.reps):
             hvd.barrier()
             t = time.perf_counter()
             for _ in range(args.steps):
                 step()
-            steps.append(slowest((time.perf_counter() - t) / args.steps))
+            steps.append(slowest(time.perf_counter() - t))
             hvd.barrier()
             t = time.perf_counter()
-            for _ in range(args.commits):
-                state.commit()
-            commits.append(slowest((time.perf_counter() - t) / args.commits))
-        s, c = statistics.median(steps), statistics.median(commits)
+            state.commit()
+            calls.append(time.perf_counter() - t)
+            for _ in range(args.steps):
+                step()
+            with_commit.append(slowest(time.perf_counter() - t))
+            calls[-1] = slowest(calls[-1])
+        # Each pair of blocks ran back to back: the median of the pairs' shares cancels most of what other
+        # jobs on the machine do to both.
+        share = statistics.median((w - s) / s for s, w in zip(steps, with_commit))
+        s, c = statistics.median(steps), statistics.median(calls)
         if hvd.rank() == 0:
             size_mb = 4 * params * 2 / 1e6  # weights + momentum, float32
-            print(f"{name:9s} {params:>11,d} params ({size_mb:6.1f} MB state): step {1e3 * s:8.2f} ms  "
-                  f"commit {1e3 * c:8.2f} ms  share {100 * c / (10 * s):5.1f}%", flush=True)
-
+            print(f"{name:9s} {params:>11,d} params ({size_mb:6.1f} MB state): step {1e3 * s / args.steps:8.2f} ms  "
+                  f"commit() {1e3 * c:8.2f} ms  share {100 * share:5.1f}%", flush=True)
 
 if __name__ == "__main__":
     main()

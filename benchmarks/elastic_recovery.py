@@ -1,6 +1,8 @@
-"""Recovery time of an elastic job, horo against torchrun, on the namespaced cluster (scripts/cluster.sh).
+"""Recovery time of an elastic job, horo against torchrun, on the namespaced cluster (scripts/cluster.sh)
+or on this machine alone.
 
     python benchmarks/elastic_recovery.py [--runs 1] [--last-call 30]
+    python benchmarks/elastic_recovery.py --single-host [--runs 3] [--last-call 1]
 
 The same training (an MLP of 5M parameters, batch 32 per rank, SGD with momentum, 6 ranks as
 3 hosts x 2) runs under
@@ -13,12 +15,17 @@ Once step 30 is reached, every process of the job on h3 is SIGKILLed (for torchr
 the host is gone). Recovery time: from the kill to the first step completed after it (wall clocks
 of one machine). torchrun's rendezvous waits `last_call_timeout` for more nodes once it has the
 minimum (30 s by default); --last-call sets it. Needs root (namespaces); run it alone.
+
+--single-host: no namespaces; 2 "hosts" x 2 ranks on this machine (horo: localhost and 127.0.0.1,
+which Open MPI both runs here; torchrun: two agents, --nnodes=1:2, rendezvous on 127.0.0.1), and
+the second host's processes are SIGKILLed.
 """
 import argparse
 import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -44,7 +51,11 @@ def worker(mode, checkpoint):
 
         dist.init_process_group("gloo")
         rank, size = dist.get_rank(), dist.get_world_size()
-    print(f"worker pid {os.getpid()} on {socket.gethostname()}", flush=True)
+    # The host a process stands for: the agent's (torchrun), or the one its rank fills (horo-run fills each
+    # host's 2 slots in order); with namespaces, the machine's name.
+    node = os.environ.get("HORO_BENCH_NODE") or (f"h{rank // 2 + 1}" if os.environ.get("HORO_BENCH_SINGLE_HOST")
+                                                 else socket.gethostname())
+    print(f"worker pid {os.getpid()} on {node}", flush=True)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3072, 1536), torch.nn.ReLU(), torch.nn.Linear(1536, 10))
@@ -134,7 +145,7 @@ def steps_after(text, t):
             for m in map(STEP.match, text.splitlines()) if m and float(m.group(2)) > t]
 
 
-def measure(mode, env, workdir, last_call, max_restarts):
+def measure(mode, env, workdir, last_call, max_restarts, single_host=False):
     log = workdir / f"{mode}.log"
     log.write_bytes(b"")
     checkpoint = str(workdir / "torchrun.ckpt")
@@ -143,11 +154,23 @@ def measure(mode, env, workdir, last_call, max_restarts):
     job = Watched(log)
     me = [sys.executable, str(Path(__file__).resolve())]
     agents = []
+    victim_host = "h2" if single_host else "h3"
     if mode == "horo":
         hosts = workdir / "hosts.txt"
-        hosts.write_text("h1:2\nh2:2\nh3:2\n")
-        job.start([str(Path(sys.executable).parent / "horo-run"), "-np", "6", "--min-np", "2", "--max-np", "6",
-                   "--host-discovery-script", f"cat {hosts}", *me, "--worker", "horo", checkpoint], env)
+        hosts.write_text("localhost:2\n127.0.0.1:2\n" if single_host else "h1:2\nh2:2\nh3:2\n")
+        n = "4" if single_host else "6"
+        job.start([str(Path(sys.executable).parent / "horo-run"), "-np", n, "--min-np", "2", "--max-np", n,
+                   "--host-discovery-script", f"cat {hosts}", *me, "--worker", "horo", checkpoint],
+                  {**env, "HORO_BENCH_SINGLE_HOST": "1"} if single_host else env)
+    elif single_host:
+        for host in ("h1", "h2"):
+            job.start([str(Path(sys.executable).parent / "torchrun"),
+                       "--nnodes=1:2", "--nproc-per-node=2", f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
+                       "--rdzv-endpoint=127.0.0.1:29400", "--rdzv-id=horo-bench", "--monitor-interval=0.5",
+                       f"--rdzv-conf=last_call_timeout={last_call},is_host={str(host == 'h1').lower()}",
+                       str(Path(__file__).resolve()), "--worker", "torchrun", checkpoint],
+                      {**env, "HORO_BENCH_NODE": host, "GLOO_SOCKET_IFNAME": "lo"})
+            agents.append(job.procs[-1].pid)
     else:
         h1 = env["OMPI_MCA_oob_tcp_if_include"].split("/")[0].rsplit(".", 1)[0] + ".1"
         for host in ("h1", "h2", "h3"):
@@ -160,9 +183,9 @@ def measure(mode, env, workdir, last_call, max_restarts):
             agents.append(job.procs[-1].pid)
     try:
         job.wait_for(lambda text: any(s >= 30 for s, _, _ in steps_after(text, 0)), timeout=600)
-        victims = [int(p) for p, host in WORKER.findall(job.text()) if host == "h3"]
+        victims = [int(p) for p, host in WORKER.findall(job.text()) if host == victim_host]
         if mode == "torchrun":
-            victims.append(agents[2])  # the host is gone: its agent too (nsenter execs torchrun: same pid)
+            victims.append(agents[-1])  # the host is gone: its agent too (nsenter execs torchrun: same pid)
         killed = time.time()
         for pid in victims:
             try:
@@ -186,9 +209,15 @@ def main():
     p.add_argument("--max-restarts", type=int, default=10, help="torchrun's --max-restarts")
     p.add_argument("--modes", default="horo,torchrun")
     p.add_argument("--workdir", default="/tmp/horo-elastic-recovery")
+    p.add_argument("--single-host", action="store_true", help="2 hosts x 2 ranks on this machine, no namespaces")
     args = p.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.single_host:
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+        compare(args, env, workdir)
+        return
     up = cluster("up", "3", "--rate", "1gbit")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1",
                PYTHONPATH=str(REPO_ROOT))
@@ -203,19 +232,24 @@ def main():
     for host in ("h1", "h2", "h3"):
         cluster("exec", host, "mount", "--bind", str(names), "/etc/hosts")
     try:
-        results = {"horo": [], "torchrun": []}
-        for _ in range(args.runs):
-            for mode in args.modes.split(","):
-                seconds, step, size = measure(mode, env, workdir, args.last_call, args.max_restarts)
-                results[mode].append(seconds)
-                print(f"{mode:8s}: {seconds:6.1f} s from the kill on h3 to step {step} on {size} ranks", flush=True)
-        if not (results["horo"] and results["torchrun"]):
-            return
-        h, t = min(results["horo"]), min(results["torchrun"])
-        print(f"best of {args.runs}: horo {h:.1f} s, torchrun (last_call_timeout {args.last_call:g} s) {t:.1f} s, "
-              f"horo/torchrun {h / t:.2f}")
+        compare(args, env, workdir)
     finally:
         cluster("down")
+
+
+def compare(args, env, workdir):
+    results = {"horo": [], "torchrun": []}
+    for _ in range(args.runs):
+        for mode in args.modes.split(","):
+            seconds, step, size = measure(mode, env, workdir, args.last_call, args.max_restarts, args.single_host)
+            results[mode].append(seconds)
+            print(f"{mode:8s}: {seconds:6.1f} s from the kill on {'h2' if args.single_host else 'h3'} to step {step} "
+                  f"on {size} ranks (load {os.getloadavg()[0]:.1f})", flush=True)
+    if not (results["horo"] and results["torchrun"]):
+        return
+    h, t = statistics.median(results["horo"]), statistics.median(results["torchrun"])
+    print(f"median of {args.runs}: horo {h:.1f} s, torchrun (last_call_timeout {args.last_call:g} s) {t:.1f} s, "
+          f"horo/torchrun {h / t:.2f}")
 
 
 if __name__ == "__main__":

@@ -318,6 +318,39 @@ def test_discovery_output_and_launch_plan():
     assert discovery.blacklisted() == set()
 
 
+@pytest.mark.timeout(60)
+def test_commit_handed_over_in_the_background_and_host_change_pushed():
+    """rank 0's side of the driver link against the driver's real server, in one process: a commit is
+    held by the driver once wait() returns, a refused one raises at the next wait(), and a host change
+    reaches HostWatch without a request."""
+    from horo.elastic import driver_link
+    from horo.run.elastic_state_server import StateServer
+
+    change = threading.Event()
+    server = StateServer(lambda generation: change.is_set(), wait_for_hosts=lambda seconds: change.wait(seconds))
+    try:
+        env = {driver_link.DRIVER_VARIABLE: f"127.0.0.1:{server.port}", driver_link.SECRET_VARIABLE: server.secret,
+               driver_link.GENERATION_VARIABLE: "0"}
+        sender = driver_link.CommitSender(env)
+        payload = [bytes(range(256)) * 4096, bytearray(b"tail")]
+        sender.submit(payload)
+        assert sender.wait(timeout=30)
+        assert server.commits == 1 and server.committed_bytes == 256 * 4096 + 4
+        server.new_generation(1)  # the launch ended: its late commits are refused, and say so
+        sender.submit([b"late"])
+        with pytest.raises(ConnectionError):
+            sender.wait(timeout=30)
+        assert server.commits == 1
+
+        server.new_generation(0)
+        watch = driver_link.HostWatch(env)
+        assert not watch.updated.wait(0.5)
+        change.set()
+        assert watch.updated.wait(10)
+    finally:
+        server.close()
+
+
 @pytest.mark.timeout(120)
 def test_run_outside_an_elastic_launch_calls_the_function_once(tmp_path):
     code = (

@@ -3,9 +3,13 @@
 horo-run starts every rank of an elastic job with HORO_ELASTIC_DRIVER (its addresses and port),
 HORO_ELASTIC_SECRET and HORO_ELASTIC_GENERATION (0 for the first launch, +1 per relaunch).
 Only rank 0 talks to the driver; the other ranks learn what it hears through horo collectives.
+Rank 0 holds three connections, so none waits behind another: requests and answers (this module's
+DriverLink), the commits (CommitSender: a thread hands each commit over while training goes on),
+and the host-update notifications the driver pushes (HostWatch: a thread sets a flag commit() reads).
 """
 import os
 import socket
+import threading
 import time
 
 from horo.elastic.wire import WireError, recv_message, send_message
@@ -45,7 +49,7 @@ class DriverLink:
         self._generation = int(env.get(GENERATION_VARIABLE, "0") or 0)
         self._sock = None
 
-    def _connect(self):
+    def connect(self):
         # The driver listens on all its addresses; the first one reachable from this host wins
         # (loopback on the driver's machine, the cluster network elsewhere).
         errors = []
@@ -66,7 +70,7 @@ class DriverLink:
         header = {"op": op, "secret": self._secret, "generation": self._generation, **fields}
         for attempt in (0, 1):
             if self._sock is None:
-                self._sock = self._connect()
+                self._sock = self.connect()
             try:
                 send_message(self._sock, header, payload)
                 answer, data = recv_message(self._sock)
@@ -88,7 +92,88 @@ class DriverLink:
                 self._sock = None
 
 
+class CommitSender:
+    """Hands rank 0's commits to the driver from a thread of its own, one at a time, so a commit costs
+    the step its in-memory copy and not the transfer. The driver keeps a commit only once it holds all
+    of it; `wait()` returns when the last one handed over is held there."""
+
+    def __init__(self, env=None):
+        self._link = DriverLink(env)
+        self._cond = threading.Condition()
+        self._pending = None  # (payload, fields) not yet taken by the thread
+        self._busy = False  # a commit handed over and not yet answered
+        self._error = None
+        self._thread = threading.Thread(target=self._loop, name="horo-elastic-commit", daemon=True)
+        self._thread.start()
+
+    def submit(self, payload, **fields):
+        """Queues one commit. The caller must not change what `payload` points to before `wait()` returns."""
+        with self._cond:
+            self._raise_error()
+            self._pending = (payload, fields)
+            self._busy = True
+            self._cond.notify_all()
+
+    def wait(self, timeout=None):
+        """Blocks until the driver holds every commit submitted (True), or `timeout` passes (False);
+        raises the error that stopped the last hand-off."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: not self._busy, timeout=timeout)
+            self._raise_error()
+            return done
+
+    def _raise_error(self):
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _loop(self):
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending is not None)
+                (payload, fields), self._pending = self._pending, None
+            try:
+                self._link.request("commit", payload, **fields)
+            except (OSError, ConnectionError) as e:
+                error = e
+            else:
+                error = None
+            with self._cond:
+                self._error = error or self._error
+                self._busy = self._pending is not None
+                self._cond.notify_all()
+
+
+class HostWatch:
+    """A connection on which the driver pushes one message when the job should change hosts; a thread
+    waits on it and sets `updated`, so checking for host updates asks nobody."""
+
+    def __init__(self, env=None):
+        self.updated = threading.Event()
+        self._link = DriverLink(env)
+        self._thread = threading.Thread(target=self._loop, name="horo-elastic-hosts", daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        link = self._link
+        try:
+            sock = link.connect()
+            sock.settimeout(None)  # the driver writes only when the hosts change, which may be never
+            send_message(sock, {"op": "watch", "secret": link._secret, "generation": link._generation})
+        except (OSError, ConnectionError) as e:
+            print(f"horo: elastic: no host-update notifications from the driver: {e}", flush=True)
+            return
+        try:
+            answer, _ = recv_message(sock)
+        except (OSError, WireError):
+            return  # the driver closed it: this launch is ending
+        if answer.get("hosts_updated"):
+            self.updated.set()
+
+
 _link = None
+_sender = None
+_watch = None
 
 
 def link():
@@ -97,3 +182,24 @@ def link():
     if _link is None and under_driver():
         _link = DriverLink()
     return _link
+
+
+def commit_sender():
+    """This process's CommitSender (None outside an elastic job); only rank 0 uses one."""
+    global _sender
+    if _sender is None and under_driver():
+        _sender = CommitSender()
+    return _sender
+
+
+def host_watch():
+    """This process's HostWatch (None outside an elastic job); rank 0 starts it at the launch's start."""
+    global _watch
+    if _watch is None and under_driver():
+        _watch = HostWatch()
+    return _watch
+
+
+def handoff_done(timeout=None):
+    """Waits until the driver holds rank 0's last commit (True at once where nothing was handed over)."""
+    return True if _sender is None else _sender.wait(timeout)

@@ -2,8 +2,9 @@
 
 A state lives on every rank. `commit()` keeps a copy in memory (the point `restore()` goes back
 to) and, in a job launched by an elastic horo-run, rank 0 also hands the serialised copy to the
-driver, which holds it in memory: when ranks die or hosts change, the driver relaunches the job
-and the new ranks start from it (see horo.elastic.run). Nothing is written to disk.
+driver (from a thread, while training goes on), which holds it in memory: when ranks die or hosts
+change, the driver relaunches the job and the new ranks start from it (see horo.elastic.run).
+Nothing is written to disk.
 """
 import copy
 import os
@@ -40,37 +41,43 @@ class State:
             callback()
 
     def on_hosts_updated(self, timestamp, update_res):
-        """Horovod's notification hook; horo's driver answers at each commit instead."""
+        """Horovod's notification hook; horo's driver pushes its notice to rank 0 instead (HostWatch)."""
 
     def commit(self):
         """Keeps the current state as the point to go back to, then checks for host changes
-        (raising HostsUpdatedInterrupt on every rank when the job should grow or shrink)."""
-        self.save()
-        hosts_updated = False
+        (raising HostsUpdatedInterrupt on every rank when the job should grow or shrink).
+
+        In an elastic launch rank 0 also hands the serialised state to the driver, from a thread: the
+        transfer overlaps the next steps, and the next commit first waits for it (see docs/elastic.md
+        for when the driver holds a commit)."""
         link = driver_link.link()
-        if link is not None and self._rank() == 0:
-            answer, _ = link.request("commit", self.serialize())
-            hosts_updated = bool(answer.get("hosts_updated"))
-        self._raise_if_hosts_updated(hosts_updated, link)
+        sender = driver_link.commit_sender() if link is not None and self._rank() == 0 else None
+        if sender is not None:
+            sender.wait()  # save() overwrites the snapshot the last hand-off sends from
+        self.save()
+        payload = self.serialize() if sender is not None else None
+        hosts_updated = self._hosts_updated_everywhere(link)
+        if sender is not None:
+            # Started after the broadcast, so the hand-off competes with the next steps, not with it; a
+            # launch stopping for new hosts waits for it (horo.elastic.run).
+            sender.submit(payload)
+        if hosts_updated:
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when the driver has a new set of hosts."""
-        hosts_updated = False
-        link = driver_link.link()
-        if link is not None and self._rank() == 0:
-            answer, _ = link.request("hosts")
-            hosts_updated = bool(answer.get("hosts_updated"))
-        self._raise_if_hosts_updated(hosts_updated, link)
+        if self._hosts_updated_everywhere(driver_link.link()):
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
-    def _raise_if_hosts_updated(self, hosts_updated, link):
+    def _hosts_updated_everywhere(self, link):
         if link is None:
-            return  # not an elastic launch: hosts never change
-        # Every rank must leave together, so rank 0's answer is everyone's: one small broadcast (not an
+            return False  # not an elastic launch: hosts never change
+        hosts_updated = self._rank() == 0 and driver_link.host_watch().updated.is_set()
+        # Every rank must leave together, so rank 0's flag is everyone's: one small broadcast (not an
         # object's two), as it runs at every commit.
         flag = np.array([1 if hosts_updated else 0], dtype=np.int32)
         broadcast_(flag, 0, name="horo.elastic.hosts_updated")
-        if flag[0]:
-            raise HostsUpdatedInterrupt(skip_sync=False)
+        return bool(flag[0])
 
     def resume_from_driver(self):
         """At the start of an elastic launch: rank 0 fetches the last commit from the driver (none at the
@@ -79,6 +86,7 @@ class State:
         # Every rank says hello and keeps the connection: the driver sees at once which rank died first.
         link.request("hello", rank=self._rank(), host=socket.gethostname(), pid=os.getpid())
         if self._rank() == 0:
+            driver_link.host_watch()
             _, data = link.request("fetch")
             if data:
                 self.deserialize(data)

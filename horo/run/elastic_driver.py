@@ -3,10 +3,11 @@ and relaunches it when a rank fails or the hosts change, with the last commit he
 
     launch g on the planned hosts (HORO_ELASTIC_GENERATION=g)
       rank 0 fetches the last commit from the driver; every rank takes it (horo.elastic.State)
-      each commit: rank 0 hands the serialised state over; the answer says whether hosts changed
+      each commit: rank 0 hands the serialised state over (from a thread, while training goes on)
+      discovery offers other hosts: the driver tells rank 0, and the launch stops at its next commit
     mpirun exits:
       0, no change pending, no failure named -> the job is done
-      0 after a change was told  -> relaunch on the new hosts (a reset)
+      0 after rank 0 said it stops for the hosts -> relaunch on the new hosts (a reset)
       a failure                  -> blacklist the failed rank's host, relaunch on what is left (a reset)
     fewer than --min-np slots for --elastic-timeout, or more than --reset-limit resets -> fail, saying why
 
@@ -61,30 +62,47 @@ class ElasticDriver:
         self.first_np = args.num_proc if args.num_proc is not None else self.min_np
         self.discovery = HostDiscovery(args.host_discovery_script, args.slots_per_host or 1,
                                        args.blacklist_cooldown_range)
-        self.server = StateServer(self._hosts_updated)
+        self.server = StateServer(self._hosts_updated, lambda seconds: self.discovery.wait_for_poll(timeout=seconds),
+                                  self._on_leaving)
         self.generation = 0
         self.planned = []
         self.resets = 0
-        self._interrupted = None  # the launch told to stop for a change of hosts
+        self._told = None  # the launch told to stop at its next commit for a change of hosts
+        self._interrupted = None  # the launch that stopped for it
         self._proc = None
         self._stopping = None  # the signal horo-run was asked to stop by
 
     # -- the hosts ---------------------------------------------------------------------------------
 
-    def _hosts_updated(self, generation):
-        """Called at each commit of launch `generation`: should it stop so the job can grow or shrink?"""
-        if self._interrupted == generation:
-            return True
-        if generation != self.generation:
-            return False
-        current = [h.name for h in self.planned]
-        wanted = plan_hosts(self.discovery.available(), self.max_np, prefer=current)
+    def _hosts_wanted(self):
+        """The hosts a launch would use now, or None where that is the current launch's set (or too few)."""
+        wanted = plan_hosts(self.discovery.available(), self.max_np, prefer=[h.name for h in self.planned])
         if hosts.total_slots(wanted) < self.min_np or set(wanted) == set(self.planned):
+            return None
+        return wanted
+
+    def _hosts_updated(self, generation):
+        """Asked after each discovery poll while launch `generation` runs: should it stop at its next commit
+        so the job can grow or shrink?"""
+        if generation != self.generation or self._told == generation:
             return False
-        self._interrupted = generation
-        say(f"hosts changed: launch {generation} on {_describe(self.planned)} stops at this commit "
-            f"(commit {self.server.commits}); the job goes on with {_describe(wanted)}")
+        wanted = self._hosts_wanted()
+        if wanted is None:
+            return False
+        self._told = generation
+        say(f"discovery offers {_describe(wanted)}: launch {generation} on {_describe(self.planned)} "
+            "is told to stop at its next commit")
         return True
+
+    def _on_leaving(self, generation):
+        """Launch `generation`'s rank 0 raised HostsUpdatedInterrupt, and the driver holds that commit."""
+        if generation != self.generation:
+            return
+        self._interrupted = generation
+        wanted = self._hosts_wanted()
+        going_on = _describe(wanted) if wanted else "the hosts there are"
+        say(f"hosts changed: launch {generation} on {_describe(self.planned)} stops at this commit "
+            f"(commit {self.server.commits}); the job goes on with {going_on}")
 
     def _wait_for_slots(self, needed):
         """The hosts for the next launch once `needed` slots are free, or ElasticError after --elastic-timeout."""

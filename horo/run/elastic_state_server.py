@@ -1,16 +1,19 @@
-"""The driver's end of the ranks' connection (horo.elastic.driver_link): it holds the last committed
-state in memory and answers, at each commit, whether the hosts changed.
+"""The driver's end of the ranks' connections (horo.elastic.driver_link): it holds the last committed
+state in memory and tells rank 0 when the hosts changed.
 
     fetch      -> the last commit (empty before the first one); rank 0 asks at the start of a launch
-    commit     <- rank 0's serialised state; -> {"hosts_updated": bool}
-    hosts      -> {"hosts_updated": bool}
+    commit     <- rank 0's serialised state (sent from a thread of rank 0's); -> {"commits": n} once held
+    watch      rank 0, at its start: the connection stays open, and the driver writes {"hosts_updated": true}
+               on it when the job should change hosts (the launch then stops at its next commit)
+    leaving    rank 0, after that commit reached the driver: the launch is stopping for the new hosts
     peer_lost  <- a rank's report that a peer failed (the message names the peers' hosts)
     hello      <- every rank, at its start; its connection then stays open, so a rank that dies is seen
                   at once (the kernel closes its socket): the first rank to go names the failed host when
                   the launcher cannot (Open MPI's "Socket closed" abort, reported for a survivor)
 
-A request from a launch other than the current one is refused, so a rank of an ending launch
-cannot overwrite what the new one resumes from.
+A commit replaces the last one only once all of its bytes are in: one cut off by a fault is dropped,
+and the relaunch resumes from the one before. A request from a launch other than the current one is
+refused, so a rank of an ending launch cannot overwrite what the new one resumes from.
 """
 import fcntl
 import hmac
@@ -49,8 +52,10 @@ class _Refused(Exception):
 class StateServer:
     """The TCP service the ranks reach through HORO_ELASTIC_DRIVER; answers from threads of its own."""
 
-    def __init__(self, hosts_updated):
-        """`hosts_updated(generation)` -> bool: whether that launch should stop at this commit."""
+    def __init__(self, hosts_updated, wait_for_hosts=time.sleep, on_leaving=None):
+        """`hosts_updated(generation)` -> bool: whether that launch should stop at its next commit, asked
+        again after each `wait_for_hosts(seconds)` (a new discovery poll); `on_leaving(generation)`:
+        that launch's rank 0 said it stops for the hosts."""
         self.secret = secrets.token_hex(16)
         self.generation = 0
         self.commits = 0  # commits received over the whole job
@@ -58,6 +63,9 @@ class StateServer:
         self.departures = []  # (clock time, generation, rank): connections that closed, in order
         self.last_commit_time = None
         self._hosts_updated = hosts_updated
+        self._wait_for_hosts = wait_for_hosts
+        self._on_leaving = on_leaving
+        self._closed = threading.Event()
         self._state = b""
         self._spare = None  # the commit before the last one's memory, refilled by the next commit
         self._lock = threading.Lock()
@@ -79,6 +87,9 @@ class StateServer:
                         return
                     if header.get("op") == "hello" and isinstance(header.get("rank"), int):
                         self.rank, self.generation = header["rank"], header.get("generation")
+                    if header.get("op") == "watch":
+                        server._watch(self.request, header.get("generation"))
+                        return
                     try:
                         answer, data = server._answer(header, payload)
                     except _Refused as e:
@@ -101,6 +112,7 @@ class StateServer:
         return ",".join(local_ipv4_addresses()) + f":{self.port}"
 
     def close(self):
+        self._closed.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -119,6 +131,20 @@ class StateServer:
                 if gen == generation:
                     return at, rank
         return None
+
+    def _watch(self, sock, generation):
+        """Holds rank 0's watch connection of launch `generation`: writes once when its hosts change."""
+        while not self._closed.is_set():
+            with self._lock:
+                if generation != self.generation:
+                    return
+            if self._hosts_updated(generation):
+                try:
+                    send_message(sock, {"hosts_updated": True})
+                except OSError:
+                    pass
+                return
+            self._wait_for_hosts(1.0)
 
     @property
     def committed_bytes(self):
@@ -153,16 +179,18 @@ class StateServer:
                 self._state = payload
                 self.commits += 1
                 self.last_commit_time = time.monotonic()
-            elif op == "peer_lost":
+                return {"commits": self.commits}, b""
+            if op == "peer_lost":
                 self.peer_reports.append((generation, header.get("rank"), header.get("host"),
                                           str(header.get("message", ""))))
                 return {}, b""
-            elif op == "hello":
+            if op == "hello":
                 return {}, b""
-            elif op != "hosts":
+            if op != "leaving":
                 raise _Refused(f"unknown request {op!r}")
-        updated = self._hosts_updated(generation)
-        return {"hosts_updated": updated, "commits": self.commits}, b""
+        if self._on_leaving is not None:
+            self._on_leaving(generation)
+        return {}, b""
 
 
 def say(message):

@@ -23,7 +23,7 @@ import torch
 
 from horo import basics
 from horo.elastic import ObjectState as _ObjectState
-from horo.elastic import State, run, run_fn
+from horo.elastic import State, driver_link, run, run_fn
 from horo.errors import HorovodInternalError, HostsUpdatedInterrupt
 from horo.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
@@ -142,13 +142,21 @@ class _TensorRef:
         self.offset, self.nbytes, self.dtype, self.shape = offset, nbytes, dtype, tuple(shape)
 
 
+class _Tensors(list):
+    """The tensors _split takes out, and the bytes they take so far (each one's offset, kept as it goes:
+    summing the list again per tensor is quadratic in a model's hundreds of tensors)."""
+    nbytes = 0
+
+
 def _split(obj, tensors):
-    """`obj` with each tensor replaced by a _TensorRef; the tensors (CPU, contiguous) appended to `tensors`."""
+    """`obj` with each tensor replaced by a _TensorRef; the tensors (CPU, contiguous) appended to `tensors`
+    (a _Tensors)."""
     if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
-        offset = sum(x.numel() * x.element_size() for x in tensors)
+        offset, nbytes = tensors.nbytes, t.numel() * t.element_size()
         tensors.append(t)
-        return _TensorRef(offset, t.numel() * t.element_size(), t.dtype, t.shape)
+        tensors.nbytes += nbytes
+        return _TensorRef(offset, nbytes, t.dtype, t.shape)
     if isinstance(obj, dict):
         out = type(obj)((k, _split(v, tensors)) for k, v in obj.items())
         if hasattr(obj, "_metadata"):
@@ -240,6 +248,9 @@ class TorchState(ObjectState):
         super().__setattr__(name, value)
 
     def save(self):
+        # The snapshot is overwritten in place: first let rank 0's hand-off of the last commit, which
+        # sends from it, finish.
+        driver_link.handoff_done()
         for handler in self._handlers.values():
             handler.save()
         super().save()
@@ -257,7 +268,7 @@ class TorchState(ObjectState):
 
     def serialize(self):
         # A small pickled skeleton, then every tensor's bytes straight from the snapshot (no copy).
-        tensors = []
+        tensors = _Tensors()
         skeleton = pickle.dumps({"handlers": {name: _split(h.saved, tensors) for name, h in self._handlers.items()},
                                  "objects": self._saved_state}, protocol=pickle.HIGHEST_PROTOCOL)
         return [_SKELETON_LENGTH.pack(len(skeleton)), skeleton] + \
