@@ -303,7 +303,10 @@ def tensor_cases(api, fn):
             (lambda c: Raises((HoroValueError,), (tn(name), "in flight")))
         return Case("name_in_flight", call, expect, after=after)
 
-    rows.append(("name_in_flight", in_flight))
+    # Not for grouped calls: their good first member is enqueued before the refusal and needs the
+    # late rank's namesake, which that rank cannot send without racing its own first call.
+    if "group" not in fn.kinds:
+        rows.append(("name_in_flight", in_flight))
     return rows
 
 
@@ -478,7 +481,7 @@ NO_ROW = {
     "join": "takes nothing that can be wrong (torch's join(device) ignores device, as documented)",
 }
 WORKS_BEFORE_INIT = {"is_initialized", "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built",
-                     "ddl_built", "ccl_built", "cuda_built", "rocm_built", "gpu_available", "gpu_info",
+                     "ddl_built", "ccl_built", "cuda_built", "rocm_built", "sycl_built", "gpu_available", "gpu_info",
                      "nccl_version", "tunables", "ProcessSet", "stop_timeline", "Compression", "SyncBatchNorm",
                      "elastic", "DistributedOptimizer", "P2POp"}
 
