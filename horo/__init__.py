@@ -34,7 +34,7 @@ _API = (
     ("horo.basics", ("cross_rank", "cross_size", "init", "is_homogeneous", "is_initialized", "local_rank",
                      "local_size", "mpi_threads_supported", "rank", "shutdown", "size", "tunables")),
     ("horo.build_info", ("ccl_built", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "mpi_built",
-                         "mpi_enabled", "nccl_built", "rocm_built")),
+                         "mpi_enabled", "nccl_built", "rocm_built", "sycl_built")),
     ("horo.gpu", ("gpu_available", "gpu_info", "nccl_version")),
     ("horo.handles", ("poll", "synchronize")),
     ("horo.timeline", ("start_timeline", "stop_timeline")),
@@ -91,6 +91,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the API reference (gr
         mpi_enabled,
         nccl_built,
         rocm_built,
+        sycl_built,
     )
     from horo.gpu import gpu_available, gpu_info, nccl_version
     from horo.handles import poll, synchronize
@@ -148,7 +149,7 @@ __all__ = [
     "HoroError", "HoroValueError", "HorovodInternalError", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "tunables",
     "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
-    "rocm_built",
+    "rocm_built", "sycl_built",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",

@@ -69,7 +69,7 @@ def group_names(tensors, name, collective, process_set):
 
 def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set, in_place):
     # Every tensor is checked before any is enqueued: a bad one must not leave the
-    # others in flight (their names taken until a synchronize nobody will call).
+    # others in flight (collectives the other ranks never hear of, their names taken meanwhile).
     names = group_names(tensors, name, "grouped_allreduce", process_set)
     op = ops.resolve(op, average, names[0] if names else "grouped_allreduce", adasum=True)
     with refusing("allreduce", names, process_set):

@@ -49,3 +49,9 @@ def cuda_built():
 
 def rocm_built():
     return False
+
+
+def sycl_built():
+    """False: horo has no SYCL (Intel GPU) path. Horovod 0.28's Intel build (intel-optimization-for-horovod)
+    and its test files ask it."""
+    return False

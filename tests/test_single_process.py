@@ -67,6 +67,18 @@ def test_op_constants_have_horovods_values():
 
 
 @pytest.mark.timeout(120)
+def test_build_queries_of_horovods_intel_build_answer_before_init():
+    # Horovod 0.28's Intel build (intel-optimization-for-horovod) and its test_torch.py ask sycl_built().
+    run_python(
+        """
+        import horo.torch as thvd
+        assert horo.sycl_built() is False and thvd.sycl_built() is False
+        assert not horo.is_initialized()
+        """
+    )
+
+
+@pytest.mark.timeout(120)
 def test_calls_before_init_raise_value_error():
     run_python(
         """

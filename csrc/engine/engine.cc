@@ -38,6 +38,8 @@ Engine::Engine(std::unique_ptr<Transport> transport, const Tunables& tunables) :
   }
   queue_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
   handles_.set_spin(std::chrono::microseconds(tunables_.spin_microseconds));
+  // A name is free again once its collective completed, synchronized or not (Horovod's rule).
+  handles_.set_before_done([this](int handle) { queue_.release(handle); });
   rank_ = transport->rank();
   timeline_.set_topology(tunables_.topology);
   if (!tunables_.timeline_path.empty() && rank_ == 0) {
@@ -88,14 +90,7 @@ int Engine::enqueue(TensorEntry&& entry, HandleTable::Callback on_complete, bool
   if (entry.request.memory == Memory::kCuda) callers_may_run_ = false;
   if (on_complete) {
     callback_work_ = true;
-    // Nobody synchronizes a callback handle: the name is freed when it completes.
-    auto handle_of = std::make_shared<int>(-1);
-    on_complete = [this, handle_of, done = std::move(on_complete)](HandleTable::Result&& result) {
-      queue_.release(*handle_of);
-      done(std::move(result));
-    };
     entry.handle = handles_.create(std::move(on_complete));
-    *handle_of = entry.handle;
   } else {
     entry.handle = handles_.create();
   }
@@ -104,9 +99,8 @@ int Engine::enqueue(TensorEntry&& entry, HandleTable::Callback on_complete, bool
   try {
     queue_.push(entry, !(caller_waits && callers_may_run_ && !on_complete));
   } catch (const Error&) {
-    // A name still taken on this rank: the call never happened, here or at the
-    // coordinator (taken names depend on this rank's program alone, so a
-    // program that reuses names the same way on every rank refuses everywhere).
+    // A name still in flight on this rank: the call never happened, here or at the
+    // coordinator, and the tensor already in flight under that name goes on.
     handles_.forget(handle);
     throw;
   }

@@ -56,15 +56,13 @@ class Engine {
     return handles_.poll(handle, forgotten_is_done);
   }
   // Waits up to `timeout` for the handle; true (and `result` set) once it completed.
-  // Synchronizing frees the tensor's name for reuse.
+  // (The tensor's name was freed for reuse when the collective completed, as in Horovod.)
   bool wait_for(int handle, std::chrono::milliseconds timeout, HandleTable::Result* result) {
     if (p2p_.in_flight() && p2p_.owns(handle)) {
       p2p_.drive(handle, timeout);  // nobody else may be testing its transfers
       return handles_.wait_for(handle, std::chrono::milliseconds(0), result);
     }
-    if (!handles_.wait_for(handle, timeout, result)) return false;
-    queue_.release(handle);
-    return true;
+    return handles_.wait_for(handle, timeout, result);
   }
   // Runs coordination cycles on the calling thread until `handle` completes
   // or the peers stop answering within the spin time, where the transport

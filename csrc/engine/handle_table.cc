@@ -30,6 +30,7 @@ void HandleTable::forget(int handle) {
 }
 
 void HandleTable::complete(int handle, std::string error, std::shared_ptr<AllocatedOutput> allocated) {
+  if (before_done_) before_done_(handle);
   Callback on_complete;
   {
     std::lock_guard<std::mutex> lock(mutex_);

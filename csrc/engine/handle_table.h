@@ -37,6 +37,9 @@ class HandleTable {
   // so a Python signal (Ctrl-C, SIGALRM) can interrupt them in between.
   bool wait_for(int handle, std::chrono::milliseconds timeout, Result* result);
   void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
+  // Runs in complete() before the handle reads as done, so whatever it frees
+  // (the tensor's name) is free by the time any caller sees the completion.
+  void set_before_done(std::function<void(int)> fn) { before_done_ = std::move(fn); }
 
  private:
   struct State {
@@ -49,6 +52,7 @@ class HandleTable {
   std::unordered_map<int, State> states_;
   NodePool<std::unordered_map<int, State>> nodes_;
   std::chrono::microseconds spin_{0};
+  std::function<void(int)> before_done_;
 };
 
 }  // namespace horo

@@ -27,8 +27,8 @@ void TensorQueue::push(TensorEntry& entry, bool notify) {
     const std::string& key = key_of(entry.request.process_set, name);
     if (taken_.count(key)) {
       throw ArgumentError(std::string(collective_name(entry.request.type)) + " '" + name +
-                          "': a tensor with this name is already in flight on this rank (its handle has not been "
-                          "synchronized); synchronize it first or give the new one another name");
+                          "': a tensor with this name is already in flight on this rank (its collective has not "
+                          "completed); synchronize it first or give the new one another name");
     }
     taken_nodes_.insert(taken_, key, entry.handle);
     key_nodes_.insert(key_of_handle_, entry.handle, key);

@@ -72,9 +72,8 @@ void reset_for_reuse(TensorEntry& entry);
 class TensorQueue {
  public:
   // Throws horo::Error when the name is still taken on this rank: from
-  // submission until the caller synchronizes its handle (release()), not
-  // merely until the collective ran, so whether a reuse is refused depends on
-  // the caller's program alone, never on how fast the other ranks were.
+  // submission until its collective completes (release(), called before the
+  // handle reads as done), whether or not the caller synchronized it, as in Horovod.
   // `notify`: wake the background thread (off where the pushing caller runs the cycle itself).
   // The entry is swapped in: `entry` comes back holding a finished entry's buffers, to reuse.
   void push(TensorEntry& entry, bool notify = true);

@@ -44,6 +44,7 @@ from horo.build_info import (
     mpi_enabled,
     nccl_built,
     rocm_built,
+    sycl_built,
 )
 from horo.torch.collectives import (
     allgather,
@@ -95,7 +96,7 @@ __all__ = [
     "HoroError", "HoroValueError", "HorovodInternalError", "HostsUpdatedInterrupt", "elastic",
     "start_timeline", "stop_timeline", "is_homogeneous", "sparse_allreduce_async", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
     "cross_rank", "mpi_threads_supported", "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built",
-    "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    "ddl_built", "ccl_built", "cuda_built", "rocm_built", "sycl_built",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

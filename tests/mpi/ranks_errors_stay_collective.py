@@ -1,7 +1,7 @@
 """After any error on any rank, every later collective still completes or raises on
 every rank: a call refused on one rank only (bad argument there) fails its namesake on
-the others instead of leaving them waiting, and a reused name is refused on a rank's
-own program order (until its handle is synchronized), never on the other ranks' speed.
+the others instead of leaving them waiting, and a name reused while its collective is still
+in flight is refused on that rank (naming the tensor) while the collective goes on.
 
 Runs inside each MPI rank (np >= 2).
 """
@@ -85,34 +85,57 @@ def test_unnamed_collectives_stay_in_step_after_one_rank_refused(hvd, comm):
         check_result(hvd.allreduce(inputs[hvd.rank()], op=hvd.Sum), inputs, "Sum", True, what=f"unnamed {i}")
 
 
-def test_reused_name_is_refused_until_synchronized_even_after_the_collective_ran(hvd, comm):
+def test_reused_name_is_refused_while_in_flight_on_every_rank(hvd, comm):
+    """Each rank reuses a name whose collective cannot have completed yet (a peer has not submitted
+    it): refused there with an error naming the tensor, and the collective in flight goes on."""
     size, rank = hvd.size(), hvd.rank()
-    name = "reuse.until.synchronized"
+    held_by_root, held_by_others = "inflight.root", "inflight.others"
+    inputs = {n: make_rank_inputs(n, "float32", (9,), "Sum", "exact", size) for n in (held_by_root, held_by_others)}
+    mine, theirs = (held_by_root, held_by_others) if rank == 0 else (held_by_others, held_by_root)
+    first = hvd.allreduce_async(inputs[mine][rank], name=mine, op=hvd.Sum)
+    exc = None
+    try:
+        hvd.allreduce_async(inputs[mine][rank], name=mine, op=hvd.Sum)
+    except REFUSED + (hvd.HoroError,) as e:
+        exc = e
+    gather_and_compare(comm, exc is not None, "the reuse of a name in flight was refused")
+    assert mine in str(exc) and "in flight" in str(exc), str(exc)
+    assert not hvd.poll(first), "the collective completed before every rank submitted it"
+    comm.Barrier()  # only now do the others submit the name this rank holds in flight
+    second = hvd.allreduce_async(inputs[theirs][rank], name=theirs, op=hvd.Sum)
+    check_result(hvd.synchronize(first), inputs[mine], "Sum", True, what=f"{mine}: the call in flight")
+    check_result(hvd.synchronize(second), inputs[theirs], "Sum", True, what=theirs)
+
+
+def test_name_is_free_once_its_collective_completed_unsynchronized(hvd, comm):
+    """As in Horovod, a name is free again when its collective completes, synchronized or not."""
+    size, rank = hvd.size(), hvd.rank()
+    name = "reuse.after.completion"
     inputs = make_rank_inputs(name, "float32", (9,), "Sum", "exact", size)
     first = hvd.allreduce_async(inputs[rank], name=name, op=hvd.Sum)
-    _wait_until_done(hvd, first)  # done everywhere: a completion-based check would now accept the reuse
-    comm.Barrier()
-    expect_raise_on_every_rank(
-        comm, REFUSED + (hvd.HoroError,), lambda: hvd.allreduce_async(inputs[rank], name=name, op=hvd.Sum),
-        (name, "synchronize"), what=name,
-    )
+    _wait_until_done(hvd, first)  # poll() reads done only after the name was freed
+    again = hvd.allreduce_async(inputs[rank], name=name, op=hvd.Sum)
+    check_result(hvd.synchronize(again), inputs, "Sum", True, what=f"{name}: reused before synchronize")
     check_result(hvd.synchronize(first), inputs, "Sum", True, what=f"{name}: the first call")
-    check_result(hvd.allreduce(inputs[rank], name=name, op=hvd.Sum), inputs, "Sum", True, what=f"{name}: reused")
+    check_result(hvd.allreduce(inputs[rank], name=name, op=hvd.Sum), inputs, "Sum", True, what=f"{name}: again")
 
 
 def test_horovod_style_error_tests_in_one_job_leave_every_rank_in_step(hvd, comm):
-    """The sequence a ported Horovod suite runs: duplicate names (handles never synchronized),
-    mismatches raising on every rank, then more collectives; nothing may hang or run out of step."""
+    """The sequence Horovod's test files run in one job: a duplicate name on rank 0 while the others
+    have not submitted it, then on the others (handles never synchronized), the same name in another
+    collective next, mismatches raising on every rank, then more collectives; nothing may hang."""
     size, rank = hvd.size(), hvd.rank()
     tensor = np.ones((17, 17), np.float32)
-    hvd.allreduce_async(tensor, name="hvd.duplicate_name")
-    raised = 0
-    for _ in range(10):
-        try:
-            hvd.allreduce_async(tensor, name="hvd.duplicate_name")
-        except REFUSED + (hvd.HoroError,):
-            raised += 1
-    assert raised == 10, f"a reused, unsynchronized name was accepted {10 - raised} time(s)"
+    for collective, kwargs in (("allreduce_async", {}), ("broadcast_async", {"root_rank": 0}),
+                               ("allgather_async", {})):
+        fn = getattr(hvd, collective)
+        for turn in ("root", "others"):
+            if (rank == 0) == (turn == "root"):
+                fn(tensor, name="hvd.duplicate_name", **kwargs)
+                if turn == "root":  # the others have not submitted it: still in flight for certain
+                    with pytest.raises(REFUSED + (hvd.HoroError,), match="hvd.duplicate_name"):
+                        fn(tensor, name="hvd.duplicate_name", **kwargs)
+            hvd.barrier()
     rows = 3 if rank == 0 else 4
     expect_raise_on_every_rank(
         comm, hvd.HoroError, lambda: hvd.allgather(np.ones((2, rows), np.float32), name="hvd.mismatch"),
