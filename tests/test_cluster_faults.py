@@ -110,7 +110,7 @@ def _survivors_named(text, lost, host):
 
 @pytest.mark.timeout(150)
 def test_link_down_every_survivor_names_the_lost_host_and_horo_run_fails(cluster, tmp_path):
-    job = _launch(cluster, tmp_path, 10, "horo-run")
+    job = _launch(cluster, tmp_path, 6, "horo-run")
     try:
         ranks = job.ranks_running(6)
         _cluster("link", "h3", "down", "--name", NAME)
