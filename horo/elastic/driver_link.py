@@ -49,6 +49,10 @@ class DriverLink:
         self._generation = int(env.get(GENERATION_VARIABLE, "0") or 0)
         self._sock = None
 
+    def header(self, op, **fields):
+        """A message's header: the operation, this job's secret and launch generation, and `fields`."""
+        return {"op": op, "secret": self._secret, "generation": self._generation, **fields}
+
     def connect(self):
         # The driver listens on all its addresses; the first one reachable from this host wins
         # (loopback on the driver's machine, the cluster network elsewhere).
@@ -67,7 +71,7 @@ class DriverLink:
 
     def request(self, op, payload=b"", **fields):
         """Sends one request and returns (answer header, answer payload); one reconnect on a dropped link."""
-        header = {"op": op, "secret": self._secret, "generation": self._generation, **fields}
+        header = self.header(op, **fields)
         for attempt in (0, 1):
             if self._sock is None:
                 self._sock = self.connect()
@@ -159,7 +163,7 @@ class HostWatch:
         try:
             sock = link.connect()
             sock.settimeout(None)  # the driver writes only when the hosts change, which may be never
-            send_message(sock, {"op": "watch", "secret": link._secret, "generation": link._generation})
+            send_message(sock, link.header("watch"))
         except (OSError, ConnectionError) as e:
             print(f"horo: elastic: no host-update notifications from the driver: {e}", flush=True)
             return

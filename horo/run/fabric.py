@@ -17,7 +17,7 @@ def on_this_host_only(spec):
         named = spec.hostfile.hosts
     else:
         named = spec.hosts or []
-    here = LOCAL_NAMES | {socket.gethostname(), socket.getfqdn()}
+    here = LOCAL_NAMES | {socket.gethostname()}  # not getfqdn(): a DNS lookup on every launch
     return all(h.name in here for h in named)
 
 
