@@ -112,7 +112,7 @@ _horo_setup_main() {
 
   # ---- 3. Python dependencies (skipped when the stamp says they are in place) -----------------------
   # torch is pinned: 2.13.0 is the CPU build (a looser pin can pull a multi-GB CUDA build).
-  local base_deps=("setuptools>=64" "wheel" "numpy" "pybind11>=2.12" "pytest" "pytest-timeout" "ml_dtypes" "rich" "matplotlib" "tqdm"
+  local base_deps=("setuptools>=64" "wheel" "numpy" "pybind11>=2.12" "pytest" "pytest-timeout" "pytest-xdist" "ml_dtypes" "rich" "matplotlib" "tqdm"
                    "torch==2.13.0" "tensorflow-cpu>=2.16" "scikit-learn" "lightning"
                    "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26")
   local stamp_dir="$venv/.horo"
@@ -120,7 +120,7 @@ _horo_setup_main() {
   deps_hash="$({ echo "$mode $sys_mpicc"; "$vpy" -VV; printf '%s\n' "${base_deps[@]}"; echo v2; } | sha256sum | cut -c1-32)"
   local prev_mode=""; [ -f "$stamp_dir/mpi-mode" ] && prev_mode="$(cat "$stamp_dir/mpi-mode")"
   if [ "$(cat "$stamp_dir/deps" 2>/dev/null)" = "$deps_hash" ] &&
-     "$vpy" -c 'import numpy, pybind11, pytest, pytest_timeout, ml_dtypes, rich, matplotlib, tqdm, mpi4py, setuptools, torch, sklearn, tensorflow, lightning, mkdocs, material, mkdocstrings_handlers.python' >/dev/null 2>&1; then
+     "$vpy" -c 'import numpy, pybind11, pytest, pytest_timeout, xdist, ml_dtypes, rich, matplotlib, tqdm, mpi4py, setuptools, torch, sklearn, tensorflow, lightning, mkdocs, material, mkdocstrings_handlers.python' >/dev/null 2>&1; then
     say "Python dependencies up to date"
   else
     rm -f "$stamp_dir/deps" "$stamp_dir/build"

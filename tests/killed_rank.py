@@ -11,17 +11,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher import REPO_ROOT, mpi_env, mpirun_command
+from launcher import REPO_ROOT, horo_segments, mpi_env, mpirun_command, segments_left_behind
 
 JOB = REPO_ROOT / "tests" / "jobs" / "killed_rank_job.py"
 NP = 3
-
-
-def _shm_entries():
-    try:
-        return set(os.listdir("/dev/shm"))
-    except FileNotFoundError:
-        return set()
 
 
 def _alive(pid):
@@ -44,7 +37,7 @@ def run_killed_rank_job(scenario, launcher="mpirun", transport=None, timeout=120
     else:
         cmd = [sys.executable, "-m", "horo.run", "-np", str(NP)] + job
     env = mpi_env({"HORO_TRANSPORT": transport} if transport else None)
-    shm_before = _shm_entries()
+    shm_before = horo_segments()
     proc = subprocess.Popen(cmd, cwd=str(REPO_ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", start_new_session=True)
     try:
@@ -75,7 +68,7 @@ def run_killed_rank_job(scenario, launcher="mpirun", transport=None, timeout=120
     orphans = [pid for pid in pids if _alive(pid)]
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
-    left = sorted(e for e in _shm_entries() - shm_before if "horo" in e.lower())
+    left = segments_left_behind(shm_before)
     return {
         "rc": proc.returncode,
         "hung": hung,

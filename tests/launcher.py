@@ -76,6 +76,30 @@ def mpi_env(extra=None):
     return env
 
 
+def horo_segments():
+    """horo's shared-memory segments linked in /dev/shm now (transport/shm_segment.cc: /horo-<pid>-...)."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("horo-")}
+    except FileNotFoundError:
+        return set()
+
+
+def segments_left_behind(before):
+    """The horo segments linked since `before` (horo_segments()) whose creating rank is gone: what a
+    finished job left behind. A running job's segment names a live pid, and other tests' jobs may
+    be running beside this one (pytest-xdist)."""
+    def creator_alive(name):
+        try:
+            os.kill(int(name.split("-")[1]), 0)
+        except (ValueError, IndexError, ProcessLookupError):
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    return sorted(n for n in horo_segments() - before if not creator_alive(n))
+
+
 def mpirun_command(np_, argv):
     mpirun = find_mpirun()
     if mpirun is None:

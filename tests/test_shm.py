@@ -5,7 +5,6 @@ job ends, nothing is left in /dev/shm), and a bad HORO_TRANSPORT value. The full
 collective suites also run on it: it is the default (auto) on one host, and
 test_allreduce.py / test_collectives.py add HORO_TRANSPORT=mpi variants to compare.
 """
-import glob
 import os
 import re
 import shutil
@@ -14,14 +13,10 @@ import sys
 import threading
 
 import pytest
-from launcher import REPO_ROOT, batched_launcher, mpi_env, mpirun_command
+from launcher import REPO_ROOT, batched_launcher, horo_segments, mpi_env, mpirun_command, segments_left_behind
 
 SHM = {"HORO_TRANSPORT": "shm", "HORO_SHM_CHUNK_BYTES": "4096"}
 LAUNCH_TIMEOUT = 150
-
-
-def horo_segments():
-    return set(glob.glob("/dev/shm/horo-*"))
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +126,7 @@ def test_a_rank_killed_mid_collective_ends_the_job_and_leaves_no_segment(ranks):
                        check=False)
     assert rc is not None, f"the job hung after a rank was killed:\n{output[-4000:]}"
     assert rc != 0, f"the job succeeded although rank 1 was killed:\n{output[-4000:]}"
-    assert horo_segments() - before == set(), "a killed job left its segment in /dev/shm"
+    assert not segments_left_behind(before), "a killed job left its segment in /dev/shm"
 
 
 @pytest.mark.timeout(2 * LAUNCH_TIMEOUT)
