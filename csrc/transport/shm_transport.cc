@@ -12,9 +12,9 @@
 #include "common/logging.h"
 #include "common/stream_bytes.h"
 #include "reduce/reduce_kernels.h"
-#include "transport/cross_memory.h"
+#include "transport/shm/cross_memory.h"
 #include "transport/peer_watch.h"
-#include "transport/store_probe.h"
+#include "transport/shm/store_probe.h"
 
 namespace horo {
 

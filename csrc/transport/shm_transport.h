@@ -25,10 +25,10 @@
 #include <string>
 #include <utility>
 
-#include "transport/cached_reads.h"
+#include "transport/shm/cached_reads.h"
 #include "transport/mpi_transport.h"
-#include "transport/shm_heap.h"
-#include "transport/shm_segment.h"
+#include "transport/shm/heap.h"
+#include "transport/shm/segment.h"
 #include "transport/transport.h"
 
 namespace horo {

@@ -148,7 +148,7 @@ def mapping_at(address):
 
 
 def in_heap(array):
-    """Whether the core took `array` from this rank's shared-memory heap (transport/shm_heap.h)."""
+    """Whether the core took `array` from this rank's shared-memory heap (transport/shm/heap.h)."""
     return mapping_at(array.ctypes.data)[0].startswith("/memfd:horo-heap")
 
 
