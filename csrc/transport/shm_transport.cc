@@ -1,5 +1,7 @@
 #include "transport/shm_transport.h"
 
+#include <utility>
+
 #include "common/copy_bytes.h"
 #include "reduce/reduce_kernels.h"
 

@@ -66,7 +66,8 @@ bool ControlPlane::output_preloaded(const void* output) {
   // address; that one must locate its outputs with a step of its own, as its peers do.
   if (!preloaded_output_ || output != std::exchange(preloaded_output_, nullptr)) return false;
   for (int p = 0; p < ctx_.size(); ++p) {
-    ctx_.set_output(p, ctx_.heap().of(p) + ctx_.segment().state(p).output_at[preloads_ & 1].load(std::memory_order_relaxed));
+    const uint64_t at = ctx_.segment().state(p).output_at[preloads_ & 1].load(std::memory_order_relaxed);
+    ctx_.set_output(p, ctx_.heap().of(p) + at);
   }
   return true;
 }
