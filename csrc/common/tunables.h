@@ -40,7 +40,7 @@ struct Tunables {
   int64_t shm_preload_bytes;  // cached shm collectives up to this input size ride the control step (0: never)
   int64_t shm_stream_bytes;   // shm copies into a slot from this size: non-temporal stores (0: never, -1: auto)
   // The sizes from which shared-memory paths read peers' buffers directly (0: never; -1: auto,
-  // the policy's choice for this machine, transport/shm_policy.h, where each is described).
+  // the policy's choice for this machine, transport/shm/policy.h, where each is described).
   int64_t shm_single_copy_bytes = -1;           // gather, scatter and broadcast
   int64_t shm_exchange_single_copy_bytes = -1;  // allgather, alltoall (bytes per peer)
   int64_t shm_heap_bytes;  // each rank's heap of outputs its peers write into (0: none)
@@ -70,7 +70,7 @@ struct Tunables {
 
   static Tunables from_environment();
   // Settles what depends on the host (`ranks_on_host` ranks on `cores` cores); the
-  // shared-memory thresholds are the transport's (transport/shm_policy.h).
+  // shared-memory thresholds are the transport's (transport/shm/policy.h).
   void settle_for_host(int ranks_on_host, unsigned cores);
 };
 

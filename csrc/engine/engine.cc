@@ -9,7 +9,7 @@
 #include "common/logging.h"
 #include "engine/fusion_buffer.h"
 #include "reduce/reduce_kernels.h"
-#include "transport/futex_wait.h"
+#include "transport/shm/futex_wait.h"
 
 namespace horo {
 

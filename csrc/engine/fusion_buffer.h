@@ -26,7 +26,7 @@ void plan_fusion(const std::vector<Response>& responses, size_t threshold_bytes,
 class FusionBuffer {
  public:
   // From `shared` where it hands out memory the host's peers can write into
-  // (transport/shm_heap.h, nullptr where it has none): a fused allreduce or
+  // (transport/shm/heap.h, nullptr where it has none): a fused allreduce or
   // allgather then writes each rank's part straight into its peers' buffers.
   explicit FusionBuffer(OutputAllocator shared) : shared_(std::move(shared)) {}
   char* reserve(size_t bytes);

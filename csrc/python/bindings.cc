@@ -580,7 +580,7 @@ PYBIND11_MODULE(_core, m) {
       "empty",
       [](size_t bytes) {
         // A caller-visible output from the global set's shared memory, which lets its peers write
-        // their results straight into it (transport/shm_heap.h), else from the buffer pool.
+        // their results straight into it (transport/shm/heap.h), else from the buffer pool.
         std::shared_ptr<char> memory;
         if (auto engine = std::atomic_load(&g_engine)) memory = engine->shared_output(bytes);
         if (!memory) memory = BufferPool::instance().acquire(bytes);

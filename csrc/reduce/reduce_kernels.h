@@ -17,6 +17,16 @@ void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, size_t
 // copying the input.
 void reduce_to(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t count);
 
+// out[i] = own[i] (op) other[i], where `out` may be `own` itself (in place), which reduce_to's
+// buffers may not be.
+inline void reduce_own_with(DataType dtype, ReduceOp op, void* out, const void* own, const void* other, size_t count) {
+  if (out == own) {
+    reduce_into(dtype, op, out, other, count);
+  } else {
+    reduce_to(dtype, op, out, own, other, count);
+  }
+}
+
 // buf[i] *= factor. Floats scale in their own precision (16-bit floats via
 // float32); integers scale in float64 and round half to even.
 void scale_buffer(DataType dtype, void* buf, size_t count, double factor);

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/tunables.h"
-#include "transport/shm_policy.h"
+#include "transport/shm/policy.h"
 #include "wire/messages.h"
 
 namespace horo {

@@ -45,7 +45,7 @@ class ShmCapabilities {
   // `rooted`: only this rank's input is read, by every peer (broadcast, scatter).
   virtual size_t preload_capacity() const = 0;
   // Bytes of this rank's input that `q`'s collective reads from its peers' preloaded inputs,
-  // or -1 where it cannot run from them (it runs as negotiated); the policy's (shm_policy.h).
+  // or -1 where it cannot run from them (it runs as negotiated); the policy's (shm/policy.h).
   virtual int64_t preload_bytes(const Request& q, int root_set_rank) const = 0;
   virtual void preload(const void* input, size_t bytes, bool rooted) = 0;
   virtual const char* preloaded(int rank) = 0;

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/tunables.h"
-#include "transport/shm_policy.h"
+#include "transport/shm/policy.h"
 #include "transport/transport.h"
 
 namespace horo {
@@ -21,7 +21,7 @@ struct TransportSettings {
   std::string mode = "mpi";  // auto | shm | mpi
   size_t shm_chunk_bytes = size_t(1) << 20;
   size_t shm_heap_bytes = 0;
-  ShmThresholds shm;  // shm_policy.h
+  ShmThresholds shm;  // shm/policy.h
   int spin_microseconds = 0;
   bool spin_yields = true;
   Tunables tunables;  // the rest, for the shared-memory policy's decisions

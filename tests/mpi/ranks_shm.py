@@ -148,7 +148,7 @@ def mapping_at(address):
 
 
 def in_heap(array):
-    """Whether the core took `array` from this rank's shared-memory heap (transport/shm_heap.h)."""
+    """Whether the core took `array` from this rank's shared-memory heap (transport/shm/heap.h)."""
     return mapping_at(array.ctypes.data)[0].startswith("/memfd:horo-heap")
 
 
@@ -207,7 +207,7 @@ def test_reducescatter_gather_scatter_reduce(hvd):
 
 def test_senders_that_leave_a_rooted_collective_early_meet_the_next_one(hvd):
     """A gather's senders and a reduce's non-roots leave its last step without waiting for their
-    peers (ShmTransport::step_without_waiting); the next round they take waits for it instead.
+    peers (ShmContext::step_without_waiting); the next round they take waits for it instead.
     Back to back with other collectives, one rank or another held up before each gather, fresh
     data every time: every result exact on every rank."""
     for i in range(24):
@@ -238,7 +238,7 @@ def test_senders_that_leave_a_rooted_collective_early_meet_the_next_one(hvd):
 
 def test_broadcasts_of_a_root_buffer_left_unchanged_then_written_afresh(hvd):
     """A reader whose last read of the root's buffer found the lines in its own cache reads the
-    whole of it the next time instead of leaving the root a share (ShmTransport::broadcast). Each
+    whole of it the next time instead of leaving the root a share (DirectRead, transport/shm/direct_read.cc). Each
     reader's buffer is poisoned before every call, the root's left unchanged for a run of calls,
     then written before each: every byte must come from the root, whichever reader took which part."""
     for nbytes in (16 << 10, 64 << 10, 100_000, 128 << 10, 256 << 10):

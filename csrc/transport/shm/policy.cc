@@ -1,4 +1,4 @@
-#include "transport/shm_policy.h"
+#include "transport/shm/policy.h"
 
 #include <algorithm>
 
@@ -79,7 +79,7 @@ int64_t preload_bytes(const ShmThresholds& th, const Tunables& t, const Request&
     case CollectiveType::kReducescatter: return reduces_as_is && t.reducescatter_algo != "ring" ? bytes : -1;
     // Only the root reduces, from every rank's input; the others are done once the step is.
     case CollectiveType::kReduce: return reduces_as_is && bytes <= piecewise ? bytes : -1;
-    // Larger exchanges write straight into their peers' outputs (shm_heap.h) instead: preloaded,
+    // Larger exchanges write straight into their peers' outputs (heap.h) instead: preloaded,
     // each rank would copy everything twice.
     case CollectiveType::kAllgather:
       return t.allgather_algo != "ring" && bytes <= exchange_preload_limit(th, pairs_in_pieces, 2) ? bytes : -1;

@@ -1,4 +1,4 @@
-#include "transport/shm_segment.h"
+#include "transport/shm/segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

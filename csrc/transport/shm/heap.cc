@@ -1,4 +1,4 @@
-#include "transport/shm_heap.h"
+#include "transport/shm/heap.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

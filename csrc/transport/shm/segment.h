@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "transport/futex_wait.h"
+#include "transport/shm/futex_wait.h"
 
 namespace horo {
 

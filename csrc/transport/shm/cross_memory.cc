@@ -1,4 +1,4 @@
-#include "transport/cross_memory.h"
+#include "transport/shm/cross_memory.h"
 
 #include <sys/uio.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "transport/futex_wait.h"
+#include "transport/shm/futex_wait.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>

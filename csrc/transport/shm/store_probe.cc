@@ -1,4 +1,4 @@
-#include "transport/store_probe.h"
+#include "transport/shm/store_probe.h"
 
 #include <algorithm>
 #include <chrono>

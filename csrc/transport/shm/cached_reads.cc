@@ -1,4 +1,4 @@
-#include "transport/cached_reads.h"
+#include "transport/shm/cached_reads.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "transport/cross_memory.h"
+#include "transport/shm/cross_memory.h"
 
 namespace horo {
 

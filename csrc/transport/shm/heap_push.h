@@ -1,0 +1,50 @@
+// Moves into outputs that lie in their ranks' heaps (shm/heap.h): each rank writes its data
+// straight into its peers' outputs with plain stores from its own cache-warm input, one copy and
+// no system call, then one step (ShmContext::pushed) says every output is whole.
+//
+// Eligibility is the one decision that takes a step: every rank says where its output lies in
+// its heap (unless this cycle's control step already did, ControlPlane::output_preloaded), and
+// the path runs only where every rank's does. Every rank takes that step, so every rank gets the
+// same answer; where it is no, the next path runs as if it had not been asked.
+#pragma once
+
+#include <cstddef>
+
+#include "transport/shm/calls.h"
+#include "transport/shm/context.h"
+#include "transport/shm/control_plane.h"
+
+namespace horo {
+
+class HeapPush {
+ public:
+  HeapPush(ShmContext& ctx, ControlPlane& control) : ctx_(ctx), control_(control) {}
+
+  bool eligible(const AllgatherCall& c);
+  void run(const AllgatherCall& c);
+  bool eligible(const AlltoallCall& c);
+  void run(const AlltoallCall& c);
+  bool eligible(const GatherCall& c);
+  void run(const GatherCall& c);
+  bool eligible(const ScatterCall& c);
+  void run(const ScatterCall& c);
+
+  // Whether a gather or scatter of `total` bytes may write straight into the root's (receivers')
+  // outputs: a smaller one takes one step through the segment rather than two.
+  bool pushes_rooted(size_t total) const;
+
+ private:
+  // Whether a gather or scatter of `total` bytes into the heaps has the side that would wait (a
+  // gather's root, a scatter's receivers) read a share directly meanwhile.
+  bool shares_rooted_move(size_t total) const {
+    return ctx_.reads_directly(ctx_.thresholds().rooted_share_bytes, total) && ctx_.size() <= kMostRanksReadingOneRoot;
+  }
+
+  ShmContext& ctx_;
+  ControlPlane& control_;
+  // alltoall: eligible() found the outputs located by the control step, where each peer's
+  // recv_at is in its preload area rather than its slot.
+  bool located_by_control_ = false;
+};
+
+}  // namespace horo

@@ -1,0 +1,45 @@
+// Allreduce, reduce and reducescatter with one copy of each input: every rank reads its slice
+// (its rows) of every peer's input directly (process_vm_readv), a piece at a time into a buffer
+// that stays in L2, and reduces it into its output; an allreduce's or reduce's rank then writes
+// the result into its peers' outputs (plain stores where those lie in the heaps, else
+// process_vm_writev). No one else reads or writes a rank's slice, so no step is needed in
+// between; the last step (finish_reads) frees every buffer and carries any failure.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "transport/shm/calls.h"
+#include "transport/shm/context.h"
+
+namespace horo {
+
+class ReduceReadingPeers {
+ public:
+  explicit ReduceReadingPeers(ShmContext& ctx) : ctx_(ctx) {}
+
+  // Each rank reads a slice of bytes/size from every peer in one system call each: worth it from
+  // the policy's size, which for a reduce to one root differs (its senders wait for the reads).
+  bool eligible(const ReduceCall& c) const {
+    const ShmThresholds& th = ctx_.thresholds();
+    return ctx_.reads_directly(
+        c.root == ReduceCall::kEveryRank ? th.reduce_single_copy_bytes : th.rooted_reduce_single_copy_bytes, c.bytes());
+  }
+  void run(const ReduceCall& c);
+  bool eligible(const ReduceScatterCall& c) const {
+    return ctx_.size() > 1 && ctx_.reads_directly(ctx_.thresholds().reducescatter_single_copy_bytes, c.total);
+  }
+  void run(const ReduceScatterCall& c);
+
+ private:
+  // mine = own (op) every peer's `n` elements from byte `at` of the buffer in its mailbox word
+  // `word`, each read into piece_ (kReadPieceBytes at most) and reduced from there.
+  void reduce_with_peers_inputs(char* mine, const char* own, int word, size_t at, size_t n, DataType dtype,
+                                ReduceOp op);
+
+  ShmContext& ctx_;
+  std::vector<char> piece_;  // one peer's part of a piece, read here
+  std::vector<char> rows_;   // an in-place reducescatter's result, until its peers' reads are done
+};
+
+}  // namespace horo
