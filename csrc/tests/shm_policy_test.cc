@@ -7,24 +7,14 @@
 #include <string>
 
 #include "common/tunables.h"
+#include "tests/shm_policy_defaults.h"
 #include "transport/shm/policy.h"
 #include "wire/messages.h"
 
 namespace horo {
 namespace {
 
-constexpr uint64_t KiB = 1024, MiB = 1024 * 1024;
-
-Tunables defaults() {
-  Tunables t = Tunables::from_environment();  // the table's defaults (no HORO_SHM_* set in ctest's environment)
-  t.shm_small_bytes = 16 * KiB;
-  t.shm_preload_bytes = 64 * KiB;
-  t.shm_stream_bytes = -1;
-  t.shm_single_copy_bytes = t.shm_exchange_single_copy_bytes = -1;
-  t.shm_allreduce_push_bytes = t.shm_reduce_single_copy_bytes = -1;
-  t.allreduce_algo = t.allgather_algo = t.reducescatter_algo = "auto";
-  return t;
-}
+Tunables defaults() { return shm_policy_defaults(); }
 
 struct Row {
   int ranks;

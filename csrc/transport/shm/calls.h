@@ -23,6 +23,7 @@ struct ReduceCall {
   double scale;
   int root;
 
+  CollectiveType type() const { return root == kEveryRank ? CollectiveType::kAllreduce : CollectiveType::kReduce; }
   size_t esize() const { return dtype_size(dtype); }
   size_t bytes() const { return count * esize(); }
   // A reduce's non-roots hand their input in and get nothing back.

@@ -18,19 +18,6 @@
 
 namespace horo {
 
-namespace {
-
-// Where streaming stores win (store_probe.h), copies from this size use them; below it a copy
-// is a few lines, which a plain store fetches quickly enough.
-constexpr size_t kStreamPiecesFrom = 16 * 1024;
-// Stores of more than an L2 cache's worth in one call only evict their own lines: a rank's own part
-// of an exchange (copy_own) streams from this size, and so do its pushes into its peers' outputs
-// where many cores store at once (a plain store fetches its line first: twice the memory traffic).
-constexpr size_t kStreamBeyondL2 = size_t(2) << 20;
-constexpr unsigned kManyCoresStoring = 8;
-
-}  // namespace
-
 ShmContext::ShmContext(MpiTransport& inner)
     : inner_(inner),
       rank_(inner.rank()),
@@ -52,8 +39,7 @@ ShmContext::ShmContext(MpiTransport& inner)
   MPI_Bcast(&thresholds_, sizeof(ShmThresholds) / sizeof(uint64_t), MPI_UINT64_T, 0, inner_.comm());
   const bool probe = thresholds_.stream_bytes == ShmThresholds::kProbe;
   stream_bytes_ = probe ? choose_stream_bytes() : thresholds_.stream_bytes;
-  const unsigned storing = std::min<unsigned>(size_, std::max(1u, std::thread::hardware_concurrency()));
-  stream_pushes_from_ = probe && storing >= kManyCoresStoring ? kStreamBeyondL2 : 0;
+  stream_pushes_from_ = push_stream_bytes(thresholds_, size_, std::thread::hardware_concurrency());
   cross_memory_ = thresholds_.reads_directly() && cross_memory_works(inner_.comm());
 }
 
@@ -61,7 +47,7 @@ size_t ShmContext::choose_stream_bytes() {
   if (size_ == 1) return 0;  // nobody reads this rank's copies
   const size_t bytes = std::min<size_t>(chunk_, size_t(1) << 20);
   const StoreProbe probe = probe_stores(inner_.comm(), slot(0), bytes);
-  uint64_t stream_from = probe.stream() ? kStreamPiecesFrom : 0;
+  uint64_t stream_from = probe.stream() ? thresholds_.probed_stream_bytes : 0;
   MPI_Bcast(&stream_from, 1, MPI_UINT64_T, 0, inner_.comm());
   if (rank_ == 0) {
     HORO_LOG(kLogInfo, "shared-memory stores: a " << bytes << "-byte copy into lines a peer has just read took "
@@ -91,10 +77,10 @@ void ShmContext::push_to_output(char* to, const void* src, size_t bytes, size_t 
   }
 }
 
-void ShmContext::copy_own(char* to, const void* src, size_t bytes) {
+void ShmContext::copy_own(char* to, const void* src, size_t bytes) const {
   // Streamed past the L2 cache's size, which a plain copy would only evict itself from (below it,
   // streaming is slower).
-  if (bytes >= kStreamBeyondL2) {
+  if (bytes >= thresholds_.own_stream_bytes) {
     stream_bytes(to, src, bytes);
   } else {
     copy_bytes(to, src, bytes);

@@ -25,11 +25,6 @@
 
 namespace horo {
 
-// A broadcast's or rooted move's peers read one root's memory directly only where few of them
-// read it at once: many readers pinning the same pages of the root's lose to its one copy in
-// (MEASUREMENTS.md, "Shared-memory data paths").
-constexpr int kMostRanksReadingOneRoot = 4;
-
 class ShmContext {
  public:
   // Collective over `inner`'s communicator, whose ranks must share this host.
@@ -52,8 +47,13 @@ class ShmContext {
 
   // Whether a move of `bytes` (a size every rank agrees on) reads or writes peers' buffers
   // directly, from `threshold` (0: never). Never where the kernel refuses cross-memory access.
-  bool reads_directly(uint64_t threshold, size_t bytes) const {
-    return cross_memory_ && threshold > 0 && bytes >= threshold;
+  bool reads_directly(uint64_t threshold, size_t bytes) const { return moves_directly(threshold, bytes, cross_memory_); }
+  bool cross_memory() const { return cross_memory_; }
+  // What the policy's choice of path depends on here (outputs_located: asked by HeapPush's step).
+  PathConditions path_conditions() const { return {chunk_, heap_.enabled(), cross_memory_, true}; }
+  // Whether the policy lets `path` run a `type` collective of `bytes` (shm_path_eligible) here.
+  bool path_eligible(ShmPath path, CollectiveType type, size_t bytes) const {
+    return shm_path_eligible(path, thresholds_, type, bytes, size_, path_conditions());
   }
 
   // Rounds alternate between the two halves of every slot: a rank may fill
@@ -103,7 +103,7 @@ class ShmContext {
   // pushes in the call: many cores storing megabytes at once want streamed stores.
   void push_to_output(char* to, const void* src, size_t bytes, size_t pushed) const;
   // A rank's own part of an exchange (allgather, alltoall) into its output.
-  static void copy_own(char* to, const void* src, size_t bytes);
+  void copy_own(char* to, const void* src, size_t bytes) const;
 
   // Publishes `address` (mail word 0, and `extra`: word 1) in this rank's mailbox; returns once every rank has.
   void publish_addresses(const void* address, uint64_t extra = 0);

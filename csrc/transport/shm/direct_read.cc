@@ -4,14 +4,6 @@
 
 namespace horo {
 
-namespace {
-
-// A broadcast's reader that finds the root's lines in its own cache reads all of them itself up to
-// this size; beyond it the root's share of the copying wins even so.
-constexpr size_t kMostBytesReadWhole = 128 * 1024;
-
-}  // namespace
-
 void DirectRead::run(const AllgatherCall& c) {
   const int rank = ctx_.rank(), size = ctx_.size();
   ctx_.publish_addresses(c.mine);
@@ -42,12 +34,12 @@ void DirectRead::run(const BroadcastCall& c) {
   const int rank = ctx_.rank(), size = ctx_.size(), root = c.root;
   // Each reader copies most of the root's buffer straight into its own; the root, idle
   // otherwise, writes the last 1/size of every reader's (process_vm_writev), which balances
-  // their work. Each reader says how much it reads (mail word 1): all of it, up to
-  // kMostBytesReadWhole, where its last read of this root's buffer found the lines in its own
+  // their work. Each reader says how much it reads (mail word 1): all of it, up to the policy's
+  // broadcast_read_whole_bytes, where its last read of this root's buffer found the lines in its own
   // cache (the root's input unchanged since): the root's writes would pull lines the reader
   // holds, and its read is fast.
   const size_t share = round_down(c.bytes / size, kLine);
-  const bool reader = rank != root, may_read_whole = reader && c.bytes <= kMostBytesReadWhole;
+  const bool reader = rank != root, may_read_whole = reader && c.bytes <= ctx_.thresholds().broadcast_read_whole_bytes;
   const RootRead read_now{c.buf, c.bytes, root, false};
   const bool whole = may_read_whole && last_root_read_.cached && last_root_read_.same(read_now);
   const size_t own = whole ? c.bytes : c.bytes - share;

@@ -15,28 +15,21 @@ namespace horo {
 
 class DirectRead {
  public:
+  static constexpr ShmPath kPath = ShmPath::kDirectRead;
   explicit DirectRead(ShmContext& ctx) : ctx_(ctx) {}
 
   // An exchange decides on its largest part, which every rank knows: the most any rank reads
-  // from one peer. Through the segment every rank would copy each part in and out.
-  bool eligible(const AllgatherCall& c) const {
-    return ctx_.reads_directly(ctx_.thresholds().exchange_single_copy_bytes, c.largest);
-  }
+  // from one peer; a gather or scatter on its whole size.
+  bool eligible(const AllgatherCall& c) const { return ctx_.path_eligible(kPath, CollectiveType::kAllgather, c.largest); }
   void run(const AllgatherCall& c);
-  bool eligible(const GatherCall& c) const { return reads_rooted(c.total); }
+  bool eligible(const GatherCall& c) const { return ctx_.path_eligible(kPath, CollectiveType::kGather, c.total); }
   void run(const GatherCall& c);
-  bool eligible(const ScatterCall& c) const { return reads_rooted(c.total); }
+  bool eligible(const ScatterCall& c) const { return ctx_.path_eligible(kPath, CollectiveType::kScatter, c.total); }
   void run(const ScatterCall& c);
-  bool eligible(const BroadcastCall& c) const { return reads_broadcast(c.bytes); }
-  void run(const BroadcastCall& c);
-
-  // A gather or scatter compares its whole size: through the segment the root's copy in
-  // overlaps the receivers' copies out.
-  bool reads_rooted(size_t total) const { return ctx_.reads_directly(ctx_.thresholds().single_copy_bytes, total); }
-  bool reads_broadcast(size_t bytes) const {
-    return ctx_.reads_directly(ctx_.thresholds().broadcast_single_copy_bytes, bytes) &&
-           ctx_.size() <= kMostRanksReadingOneRoot;
+  bool eligible(const BroadcastCall& c) const {
+    return ctx_.path_eligible(kPath, CollectiveType::kBroadcast, c.bytes);
   }
+  void run(const BroadcastCall& c);
 
  private:
   ShmContext& ctx_;

@@ -4,18 +4,9 @@
 
 namespace horo {
 
-namespace {
-
-// A gather or scatter from this size writes straight into the root's (receivers') outputs where they
-// lie in the heaps; a smaller one takes one step through the segment rather than two.
-constexpr size_t kPushRootedFrom = 64 * 1024;
-
-}  // namespace
-
-bool HeapPush::pushes_rooted(size_t total) const { return ctx_.heap().enabled() && total >= kPushRootedFrom; }
-
 bool HeapPush::eligible(const AllgatherCall& c) {
-  return ctx_.heap().enabled() && (control_.output_preloaded(c.out) || ctx_.outputs_in_heaps(c.out, c.total));
+  return may_run(CollectiveType::kAllgather, c.largest) &&
+         (control_.output_preloaded(c.out) || ctx_.outputs_in_heaps(c.out, c.total));
 }
 
 void HeapPush::run(const AllgatherCall& c) {
@@ -30,7 +21,7 @@ void HeapPush::run(const AllgatherCall& c) {
 bool HeapPush::eligible(const AlltoallCall& c) {
   // Asked of the control step first, as that match is taken once (output_preloaded).
   located_by_control_ = control_.output_preloaded(c.out);
-  return ctx_.heap().enabled() &&
+  return may_run(CollectiveType::kAlltoall, 0) &&
          (located_by_control_ || ctx_.outputs_in_heaps(c.out, c.recv_at.back() + c.recv_bytes.back(), &c.recv_at));
 }
 
@@ -50,7 +41,7 @@ void HeapPush::run(const AlltoallCall& c) {
 bool HeapPush::eligible(const GatherCall& c) {
   // Only the root's output matters: the others' are empty, which is anywhere.
   const bool root = ctx_.rank() == c.root;
-  return pushes_rooted(c.total) &&
+  return may_run(CollectiveType::kGather, c.total) &&
          ctx_.outputs_in_heaps(c.out, root ? c.total : 0, nullptr, shares_rooted_move(c.total) ? c.mine : nullptr);
 }
 
@@ -73,8 +64,9 @@ void HeapPush::run(const GatherCall& c) {
 bool HeapPush::eligible(const ScatterCall& c) {
   // The root's own output is anywhere.
   const int rank = ctx_.rank();
-  return pushes_rooted(c.total) && ctx_.outputs_in_heaps(c.mine, rank == c.root ? 0 : c.bytes[rank], nullptr,
-                                                         shares_rooted_move(c.total) ? c.in : nullptr);
+  return may_run(CollectiveType::kScatter, c.total) &&
+         ctx_.outputs_in_heaps(c.mine, rank == c.root ? 0 : c.bytes[rank], nullptr,
+                               shares_rooted_move(c.total) ? c.in : nullptr);
 }
 
 void HeapPush::run(const ScatterCall& c) {

@@ -18,6 +18,7 @@ namespace horo {
 
 class HeapPush {
  public:
+  static constexpr ShmPath kPath = ShmPath::kHeapPush;
   HeapPush(ShmContext& ctx, ControlPlane& control) : ctx_(ctx), control_(control) {}
 
   bool eligible(const AllgatherCall& c);
@@ -29,15 +30,13 @@ class HeapPush {
   bool eligible(const ScatterCall& c);
   void run(const ScatterCall& c);
 
-  // Whether a gather or scatter of `total` bytes may write straight into the root's (receivers')
-  // outputs: a smaller one takes one step through the segment rather than two.
-  bool pushes_rooted(size_t total) const;
-
  private:
-  // Whether a gather or scatter of `total` bytes into the heaps has the side that would wait (a
-  // gather's root, a scatter's receivers) read a share directly meanwhile.
+  // Whether the policy lets this path run where every output turns out to lie in its heap: only
+  // then is the step that finds out taken.
+  bool may_run(CollectiveType type, size_t bytes) const { return ctx_.path_eligible(kPath, type, bytes); }
+  // shm/policy.h's shares_rooted_move, here.
   bool shares_rooted_move(size_t total) const {
-    return ctx_.reads_directly(ctx_.thresholds().rooted_share_bytes, total) && ctx_.size() <= kMostRanksReadingOneRoot;
+    return horo::shares_rooted_move(ctx_.thresholds(), total, ctx_.size(), ctx_.cross_memory());
   }
 
   ShmContext& ctx_;

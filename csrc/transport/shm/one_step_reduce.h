@@ -3,7 +3,6 @@
 // rank order, so all ranks hold identical bits.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 
 #include "transport/shm/calls.h"
@@ -13,15 +12,14 @@ namespace horo {
 
 class OneStepReduce {
  public:
-  explicit OneStepReduce(ShmContext& ctx)
-      : ctx_(ctx), small_bytes_(std::min<size_t>(ctx.thresholds().small_bytes, ctx.chunk())) {}
+  static constexpr ShmPath kPath = ShmPath::kOneStepReduce;
+  explicit OneStepReduce(ShmContext& ctx) : ctx_(ctx) {}
 
-  bool eligible(const ReduceCall& c) const { return c.bytes() <= small_bytes_; }
+  bool eligible(const ReduceCall& c) const { return ctx_.path_eligible(kPath, c.type(), c.bytes()); }
   void run(const ReduceCall& c);
 
  private:
   ShmContext& ctx_;
-  const size_t small_bytes_;  // the policy's, as far as one half-slot holds
 };
 
 }  // namespace horo

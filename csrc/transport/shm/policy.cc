@@ -96,4 +96,84 @@ int64_t preload_bytes(const ShmThresholds& th, const Tunables& t, const Request&
   }
 }
 
+const char* shm_path_name(ShmPath path) {
+  switch (path) {
+    case ShmPath::kOneStepReduce: return "OneStepReduce";
+    case ShmPath::kReduceReadingPeers: return "ReduceReadingPeers";
+    case ShmPath::kHeapPush: return "HeapPush";
+    case ShmPath::kDirectRead: return "DirectRead";
+    case ShmPath::kSegmentPipeline: return "SegmentPipeline";
+  }
+  return "?";
+}
+
+bool shm_path_eligible(ShmPath path, const ShmThresholds& th, CollectiveType type, size_t bytes, int ranks,
+                       const PathConditions& c) {
+  const bool reduction = type == CollectiveType::kAllreduce || type == CollectiveType::kReduce;
+  switch (path) {
+    // Every rank's whole input must fit in its half-slot.
+    case ShmPath::kOneStepReduce: return reduction && bytes <= std::min<uint64_t>(th.small_bytes, c.half_slot_bytes);
+    // Each rank reads a slice of bytes/size from every peer in one system call each; a reduce's
+    // senders then wait for the reads, hence its own size.
+    case ShmPath::kReduceReadingPeers:
+      if (reduction) {
+        const uint64_t from = type == CollectiveType::kAllreduce ? th.reduce_single_copy_bytes
+                                                                  : th.rooted_reduce_single_copy_bytes;
+        return moves_directly(from, bytes, c.cross_memory);
+      }
+      return type == CollectiveType::kReducescatter && ranks > 1 &&
+             moves_directly(th.reducescatter_single_copy_bytes, bytes, c.cross_memory);
+    case ShmPath::kHeapPush:
+      switch (type) {
+        case CollectiveType::kAllgather:
+        case CollectiveType::kAlltoall: return c.heap && c.outputs_located;
+        case CollectiveType::kGather:
+        case CollectiveType::kScatter: return c.heap && bytes >= th.rooted_push_bytes && c.outputs_located;
+        default: return false;
+      }
+    // Through the segment, an exchange copies each part in and out; a gather's or scatter's root
+    // copies in while the receivers copy out.
+    case ShmPath::kDirectRead:
+      switch (type) {
+        case CollectiveType::kAllgather: return moves_directly(th.exchange_single_copy_bytes, bytes, c.cross_memory);
+        case CollectiveType::kGather:
+        case CollectiveType::kScatter: return moves_directly(th.single_copy_bytes, bytes, c.cross_memory);
+        case CollectiveType::kBroadcast:
+          return moves_directly(th.broadcast_single_copy_bytes, bytes, c.cross_memory) &&
+                 static_cast<uint64_t>(ranks) <= th.most_ranks_reading_one_root;
+        default: return false;
+      }
+    case ShmPath::kSegmentPipeline: return true;
+  }
+  return false;
+}
+
+ShmPath choose_shm_path(const ShmThresholds& th, CollectiveType type, size_t bytes, int ranks,
+                        const PathConditions& c) {
+  const ShmPathOrder order = shm_path_order(type);
+  for (int i = 0; i + 1 < order.count; ++i) {
+    if (shm_path_eligible(order.paths[i], th, type, bytes, ranks, c)) return order.paths[i];
+  }
+  return order.paths[order.count - 1];
+}
+
+bool moves_rooted_directly(const ShmThresholds& th, CollectiveType type, size_t bytes, int ranks,
+                           const PathConditions& c) {
+  if (type != CollectiveType::kBroadcast && type != CollectiveType::kScatter) return false;
+  PathConditions anywhere = c;
+  anywhere.outputs_located = true;  // asked only by the collective's own step
+  return choose_shm_path(th, type, bytes, ranks, anywhere) != ShmPath::kSegmentPipeline;
+}
+
+bool shares_rooted_move(const ShmThresholds& th, size_t bytes, int ranks, bool cross_memory) {
+  return moves_directly(th.rooted_share_bytes, bytes, cross_memory) &&
+         static_cast<uint64_t>(ranks) <= th.most_ranks_reading_one_root;
+}
+
+size_t push_stream_bytes(const ShmThresholds& th, int ranks, unsigned cores) {
+  // Only where the probe chooses the stores: a given HORO_SHM_STREAM_BYTES decides pushes too.
+  const unsigned storing = std::min<unsigned>(static_cast<unsigned>(ranks), std::max(1u, cores));
+  return th.stream_bytes == ShmThresholds::kProbe && storing >= th.stream_pushes_cores ? th.own_stream_bytes : 0;
+}
+
 }  // namespace horo

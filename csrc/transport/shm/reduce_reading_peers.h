@@ -16,18 +16,13 @@ namespace horo {
 
 class ReduceReadingPeers {
  public:
+  static constexpr ShmPath kPath = ShmPath::kReduceReadingPeers;
   explicit ReduceReadingPeers(ShmContext& ctx) : ctx_(ctx) {}
 
-  // Each rank reads a slice of bytes/size from every peer in one system call each: worth it from
-  // the policy's size, which for a reduce to one root differs (its senders wait for the reads).
-  bool eligible(const ReduceCall& c) const {
-    const ShmThresholds& th = ctx_.thresholds();
-    return ctx_.reads_directly(
-        c.root == ReduceCall::kEveryRank ? th.reduce_single_copy_bytes : th.rooted_reduce_single_copy_bytes, c.bytes());
-  }
+  bool eligible(const ReduceCall& c) const { return ctx_.path_eligible(kPath, c.type(), c.bytes()); }
   void run(const ReduceCall& c);
   bool eligible(const ReduceScatterCall& c) const {
-    return ctx_.size() > 1 && ctx_.reads_directly(ctx_.thresholds().reducescatter_single_copy_bytes, c.total);
+    return ctx_.path_eligible(kPath, CollectiveType::kReducescatter, c.total);
   }
   void run(const ReduceScatterCall& c);
 

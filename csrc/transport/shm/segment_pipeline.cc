@@ -225,8 +225,8 @@ void SegmentPipeline::run(const AlltoallCall& c) {
 void SegmentPipeline::run(const BroadcastCall& c) {
   const int rank = ctx_.rank(), root = c.root;
   // The root copies pieces in while every reader copies the previous one out: below the
-  // policy's broadcast_single_copy_bytes, and where more ranks read than
-  // kMostRanksReadingOneRoot, faster than reading the root's buffer directly.
+  // policy's broadcast_single_copy_bytes, and where more ranks read than its
+  // most_ranks_reading_one_root, faster than reading the root's buffer directly.
   const size_t per_round = move_piece(c.bytes);
   const size_t rounds = ceil_div(c.bytes, per_round);
   for (size_t k = 0; k < rounds; ++k) {

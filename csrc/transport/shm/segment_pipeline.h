@@ -21,8 +21,10 @@ namespace horo {
 
 class SegmentPipeline {
  public:
+  static constexpr ShmPath kPath = ShmPath::kSegmentPipeline;
   explicit SegmentPipeline(ShmContext& ctx) : ctx_(ctx) {}
 
+  // Every call (shm_path_eligible says so too): the path the others fall back on.
   template <class Call>
   bool eligible(const Call&) const {
     return true;
