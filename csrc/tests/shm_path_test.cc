@@ -18,11 +18,11 @@ using P = ShmPath;
 
 // What the run offers besides sizes.
 enum Where {
-  kLocated,    // outputs horo allocated: every rank's lies in its heap
-  kElsewhere,  // the caller's arrays, outside the heaps
+  kLocated,        // outputs horo allocated: every rank's lies in its heap
+  kElsewhere,      // the caller's arrays, outside the heaps
   kNoCrossMemory,  // the kernel refuses process_vm_readv (Yama, seccomp); outputs elsewhere
-  kNoHeap,     // HORO_SHM_HEAP_BYTES=0: nothing is located
-  kSmallSlots  // HORO_SHM_CHUNK_BYTES=8192
+  kNoHeap,         // HORO_SHM_HEAP_BYTES=0: nothing is located
+  kSmallSlots      // HORO_SHM_CHUNK_BYTES=8192; outputs elsewhere
 };
 
 PathConditions conditions(Where where) {

@@ -5,8 +5,9 @@
 //   HeapPush            each rank writes straight into its peers' outputs in their heaps
 //   DirectRead          receivers read the senders' buffers directly (process_vm_readv)
 //   SegmentPipeline     pieces through the segment's slots: every collective, the fallback
-// Each path says whether it is eligible for a call (from the policy's thresholds, shm/policy.h)
-// and runs it; a collective runs the first eligible path of its list, kept in the order above. The
+// Each path says whether it is eligible for a call (asking the policy, shm/policy.h:
+// shm_path_eligible) and runs it; a collective runs the first eligible path of the policy's order
+// for it (shm_path_order). The
 // control plane runs through the same slots (ControlPlane), so a steady-state cycle sends no
 // MPI message, and a small cached collective's inputs ride its control step (preload).
 // Point-to-point (the ring) and split stay on the inner MPI transport.
