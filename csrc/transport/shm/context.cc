@@ -87,10 +87,10 @@ void ShmContext::copy_own(char* to, const void* src, size_t bytes) const {
   }
 }
 
-void ShmContext::publish_addresses(const void* address, uint64_t extra) {
+void ShmContext::publish_addresses(const void* address, uint64_t bytes_read) {
   begin_round();
-  mail(rank_)[0] = reinterpret_cast<uint64_t>(address);
-  mail(rank_)[1] = extra;
+  mail(rank_).address() = reinterpret_cast<uint64_t>(address);
+  mail(rank_).bytes_read() = bytes_read;
   step();
 }
 
@@ -114,12 +114,12 @@ void ShmContext::write_to(int peer, uint64_t remote, const void* local, size_t b
 
 void ShmContext::finish_reads() {
   begin_round();
-  mail(rank_)[3] = read_error_.empty() ? 0 : 1;
+  mail(rank_).read_failed() = read_error_.empty() ? 0 : 1;
   step();
   std::string error;
   std::swap(error, read_error_);
   for (int p = 0; p < size_ && error.empty(); ++p) {
-    if (mail(p)[3]) error = "rank " + std::to_string(p) + " could not read a peer's buffer (process_vm_readv)";
+    if (mail(p).read_failed()) error = "rank " + std::to_string(p) + " could not read a peer's buffer (process_vm_readv)";
   }
   if (!error.empty()) throw Error(error);
 }
@@ -127,8 +127,8 @@ void ShmContext::finish_reads() {
 bool ShmContext::outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at,
                                   const void* input) {
   begin_round();
-  mail(rank_)[0] = heap_.locate(output, bytes);
-  mail(rank_)[1] = reinterpret_cast<uint64_t>(input);
+  mail(rank_).output_location() = heap_.locate(output, bytes);
+  mail(rank_).input() = reinterpret_cast<uint64_t>(input);
   if (recv_at) std::memcpy(slot(rank_), recv_at->data(), recv_at->size() * sizeof(size_t));
   step();
   return outputs_located();
@@ -136,9 +136,9 @@ bool ShmContext::outputs_in_heaps(void* output, size_t bytes, const std::vector<
 
 bool ShmContext::outputs_located() {
   for (int p = 0; p < size_; ++p) {
-    if (mail(p)[0] == ShmHeap::kNowhere) return false;
+    if (mail(p).output_location() == ShmHeap::kNowhere) return false;
   }
-  for (int p = 0; p < size_; ++p) outputs_[p] = heap_.of(p) + mail(p)[0];
+  for (int p = 0; p < size_; ++p) outputs_[p] = heap_.of(p) + mail(p).output_location();
   return true;
 }
 

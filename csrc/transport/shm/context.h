@@ -92,7 +92,7 @@ class ShmContext {
   }
 
   char* slot(int r) { return segment_.data(r, half_); }
-  uint64_t* mail(int r) { return segment_.mailbox(r, half_).words; }
+  ShmMailbox& mail(int r) { return segment_.mailbox(r, half_); }
 
   // Copies from this size into a slot stream (0: never).
   size_t stream_bytes_from() const { return stream_bytes_; }
@@ -105,8 +105,8 @@ class ShmContext {
   // A rank's own part of an exchange (allgather, alltoall) into its output.
   void copy_own(char* to, const void* src, size_t bytes) const;
 
-  // Publishes `address` (mail word 0, and `extra`: word 1) in this rank's mailbox; returns once every rank has.
-  void publish_addresses(const void* address, uint64_t extra = 0);
+  // Publishes `address` (and a broadcast reader's `bytes_read`) in this rank's mailbox; returns once every rank has.
+  void publish_addresses(const void* address, uint64_t bytes_read = 0);
   // Reads a peer's memory; a failure is kept for finish_reads() rather than
   // thrown, so this rank still takes the steps its peers wait for.
   void read_from(int peer, uint64_t remote, void* local, size_t bytes);
@@ -120,10 +120,10 @@ class ShmContext {
   // `recv_at`, where each peer's part of it starts). True when every rank's does:
   // output(r) is then rank r's output as mapped here, its `recv_at` in slot(r),
   // and each rank pushes its data into its peers' outputs, then takes pushed().
-  // With `input`, each rank's input address is in mail(r)[1].
+  // With `input`, each rank's input address is in mail(r).input().
   bool outputs_in_heaps(void* output, size_t bytes, const std::vector<size_t>* recv_at = nullptr,
                         const void* input = nullptr);
-  // The same, from the mailboxes of a step just taken (mail word 0: ShmHeap::locate()).
+  // The same, from the mailboxes of a step just taken (their output_location()).
   bool outputs_located();
   // Where a reduction's `bytes`-byte output lies in this rank's heap, for peers to push their
   // reduced slices into, or ShmHeap::kNowhere: pushes start at allreduce_push_bytes.

@@ -133,14 +133,14 @@ std::vector<std::string> ControlPlane::gather_bytes(const std::string& mine, int
   size_t rounds = 1;
   for (size_t k = 0; k < rounds; ++k) {
     ctx_.begin_round();
-    if (k == 0) ctx_.mail(rank)[0] = mine.size();
+    if (k == 0) ctx_.mail(rank).length() = mine.size();
     const size_t n = piece(mine.size(), k, chunk);
     if (rank != root && n) copy_bytes(ctx_.slot(rank), mine.data() + k * chunk, n);
     ctx_.step();
     if (k == 0) {
       // Lengths travel in round 0's mailboxes, so everyone knows how many rounds follow.
       for (int p = 0; p < size; ++p) {
-        lengths[p] = ctx_.mail(p)[0];
+        lengths[p] = ctx_.mail(p).length();
         rounds = std::max(rounds, ceil_div(lengths[p], chunk));
       }
       if (rank == root) {
@@ -166,12 +166,12 @@ void ControlPlane::broadcast_bytes(std::string& data, int root) {
     ctx_.begin_round();
     const size_t n = piece(length, k, chunk);
     if (rank == root) {
-      if (k == 0) ctx_.mail(root)[0] = length;
+      if (k == 0) ctx_.mail(root).length() = length;
       if (n) copy_bytes(ctx_.slot(root), data.data() + k * chunk, n);
     }
     ctx_.step();
     if (k == 0) {
-      length = ctx_.mail(root)[0];
+      length = ctx_.mail(root).length();
       rounds = std::max<size_t>(1, ceil_div(length, chunk));
       if (rank != root) data.resize(length);
     }

@@ -53,7 +53,7 @@ void HeapPush::run(const GatherCall& c) {
   const bool share = shares_rooted_move(c.total);
   const auto root_part = [size, share](size_t rows) { return share ? round_down(rows / size, kLine) : 0; };
   for (int p = 0; p < size && rank == c.root; ++p) {
-    if (p != c.root) ctx_.read_from(p, ctx_.mail(p)[1], c.out + c.offset[p], root_part(c.bytes[p]));
+    if (p != c.root) ctx_.read_from(p, ctx_.mail(p).input(), c.out + c.offset[p], root_part(c.bytes[p]));
   }
   const size_t from = root_part(c.bytes[rank]), n = c.bytes[rank] - from;
   if (rank != c.root && n) ctx_.push_to_output(ctx_.output(c.root) + c.offset[rank] + from, c.mine + from, n, n);
@@ -77,7 +77,7 @@ void HeapPush::run(const ScatterCall& c) {
   const bool share = shares_rooted_move(c.total);
   const auto root_part = [size, share](size_t rows) { return share ? round_down(rows / size, kLine) : rows; };
   if (rank != c.root) {
-    ctx_.read_from(c.root, ctx_.mail(c.root)[1] + c.offset[rank], c.mine, c.bytes[rank] - root_part(c.bytes[rank]));
+    ctx_.read_from(c.root, ctx_.mail(c.root).input() + c.offset[rank], c.mine, c.bytes[rank] - root_part(c.bytes[rank]));
   }
   for (int i = 1; i < size && rank == c.root; ++i) {
     const int r = (c.root + i) % size;

@@ -21,9 +21,9 @@ void ReduceReadingPeers::run(const ReduceCall& c) {
   // One step says where every rank's input and output are (and whether every output lies in
   // its heap, for plain stores into it).
   ctx_.begin_round();
-  ctx_.mail(rank)[0] = ctx_.reduced_output_at(c.out, c.bytes(), c.wants_result(rank));
-  ctx_.mail(rank)[1] = reinterpret_cast<uint64_t>(c.in);
-  ctx_.mail(rank)[2] = reinterpret_cast<uint64_t>(c.out);
+  ctx_.mail(rank).output_location() = ctx_.reduced_output_at(c.out, c.bytes(), c.wants_result(rank));
+  ctx_.mail(rank).input() = reinterpret_cast<uint64_t>(c.in);
+  ctx_.mail(rank).output() = reinterpret_cast<uint64_t>(c.out);
   ctx_.step();
   const bool push = ctx_.outputs_located();
   // Each rank reduces its slice, a piece at a time. In place too: a peer's input there is read
@@ -34,14 +34,14 @@ void ReduceReadingPeers::run(const ReduceCall& c) {
   for (size_t at = lo; at < hi; at += per_piece) {
     const size_t n = std::min(per_piece, hi - at);
     char* mine = c.out + at * esize;
-    reduce_with_peers_inputs(mine, c.in + at * esize, 1, at * esize, n, c.dtype, c.op);
+    reduce_with_peers_inputs(mine, c.in + at * esize, &ShmMailbox::input, at * esize, n, c.dtype, c.op);
     scale_buffer(c.dtype, mine, n, c.scale);
     for (int p = 0; p < size; ++p) {
       if (p == rank || !c.sends_to(p)) continue;
       if (push) {
         ctx_.push_to_output(ctx_.output(p) + at * esize, mine, n * esize, pushes);
       } else {
-        ctx_.write_to(p, ctx_.mail(p)[2] + at * esize, mine, n * esize);
+        ctx_.write_to(p, ctx_.mail(p).output() + at * esize, mine, n * esize);
       }
     }
   }
@@ -62,13 +62,13 @@ void ReduceReadingPeers::run(const ReduceScatterCall& c) {
   for (size_t at = 0; at < n; at += per_piece) {
     const size_t m = std::min(per_piece, n - at);
     const size_t from = (c.offset[rank] + at) * esize;
-    reduce_with_peers_inputs(dst + at * esize, c.in + from, 0, from, m, c.dtype, c.op);
+    reduce_with_peers_inputs(dst + at * esize, c.in + from, &ShmMailbox::address, from, m, c.dtype, c.op);
   }
   ctx_.finish_reads();
   if (in_place) copy_bytes(c.out, dst, n * esize);
 }
 
-void ReduceReadingPeers::reduce_with_peers_inputs(char* mine, const char* own, int word, size_t at, size_t n,
+void ReduceReadingPeers::reduce_with_peers_inputs(char* mine, const char* own, MailWord input_at, size_t at, size_t n,
                                                   DataType dtype, ReduceOp op) {
   const size_t bytes = n * dtype_size(dtype);
   piece_.resize(kReadPieceBytes);
@@ -76,7 +76,7 @@ void ReduceReadingPeers::reduce_with_peers_inputs(char* mine, const char* own, i
   bool first = true;
   for (int p = 0; p < ctx_.size(); ++p) {
     if (p == ctx_.rank()) continue;
-    ctx_.read_from(p, ctx_.mail(p)[word] + at, piece_.data(), bytes);
+    ctx_.read_from(p, (ctx_.mail(p).*input_at)() + at, piece_.data(), bytes);
     if (first) {
       reduce_own_with(dtype, op, mine, own, piece_.data(), n);
       first = false;

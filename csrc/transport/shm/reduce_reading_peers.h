@@ -27,10 +27,13 @@ class ReduceReadingPeers {
   void run(const ReduceScatterCall& c);
 
  private:
-  // mine = own (op) every peer's `n` elements from byte `at` of the buffer in its mailbox word
-  // `word`, each read into piece_ (kReadPieceBytes at most) and reduced from there.
-  void reduce_with_peers_inputs(char* mine, const char* own, int word, size_t at, size_t n, DataType dtype,
-                                ReduceOp op);
+  // The mailbox accessor that holds each peer's input address: a reducescatter publishes it
+  // (address), an allreduce sends it beside its output's (input).
+  using MailWord = uint64_t& (ShmMailbox::*)();
+  // mine = own (op) every peer's `n` elements from byte `at` of the buffer at its mailbox's
+  // `input_at`, each read into piece_ (kReadPieceBytes at most) and reduced from there.
+  void reduce_with_peers_inputs(char* mine, const char* own, MailWord input_at, size_t at, size_t n,
+                                DataType dtype, ReduceOp op);
 
   ShmContext& ctx_;
   std::vector<char> piece_;  // one peer's part of a piece, read here

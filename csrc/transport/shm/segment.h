@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "transport/shm/futex_wait.h"
 
@@ -36,10 +37,40 @@ struct alignas(64) ShmRankState {
   alignas(64) std::atomic<uint32_t> caller_cycles{0};
 };
 
-// Small fixed-size values a round carries beside its data (lengths, counts).
+// Small fixed-size values a round carries beside its data. A word means different things in
+// different collectives, so each meaning has its own accessor, named for what it holds: a reader
+// says what it expects, and which meanings share a word is written here once.
 struct alignas(64) ShmMailbox {
-  uint64_t words[8];
+  // Word 0: a buffer's address in this rank's memory, for peers to read or write
+  // (ShmContext::publish_addresses).
+  uint64_t& address() { return words_[0]; }
+  // Word 0: where this rank's output lies in its heap (ShmHeap::locate), or ShmHeap::kNowhere.
+  uint64_t& output_location() { return words_[0]; }
+  // Word 0: the length of the bytes the control plane gathers or broadcasts.
+  uint64_t& length() { return words_[0]; }
+  // Word 0: how many slot rounds this rank's part of an alltoall needs.
+  uint64_t& rounds() { return words_[0]; }
+  // Word 1: the address of this rank's input.
+  uint64_t& input() { return words_[1]; }
+  // Word 1: how many bytes of the root's buffer a broadcast's reader reads itself; the root
+  // writes the rest (published with address()).
+  uint64_t& bytes_read() { return words_[1]; }
+  // Word 2: the address of this rank's output.
+  uint64_t& output() { return words_[2]; }
+  // Word 2: the address of an alltoall's send offsets, one size_t per peer.
+  uint64_t& send_at() { return words_[2]; }
+  // Word 3: 1 when a read or write of this rank's failed (ShmContext::finish_reads).
+  uint64_t& read_failed() { return words_[3]; }
+  // Word 3: 1 when this rank reads part of an alltoall straight from a peer's memory.
+  uint64_t& reads_directly() { return words_[3]; }
+
+ private:
+  uint64_t words_[8];  // 4 to 7 unused: one cache line per mailbox, as the segment lays it out
 };
+// The segment's layout (slot_stride_) and every rank's view of it depend on this size.
+static_assert(sizeof(ShmMailbox) == 64 && alignof(ShmMailbox) == 64, "a mailbox is one cache line");
+static_assert(std::is_standard_layout_v<ShmMailbox> && std::is_trivially_copyable_v<ShmMailbox>,
+              "a mailbox lives in shared memory, read through reinterpret_cast");
 
 class ShmSegment {
  public:

@@ -34,7 +34,7 @@ void SegmentPipeline::run(const ReduceCall& c) {
     // Peers read every slice of this rank's slot but its own: that one is reduced
     // straight from the input, which is faster than copying it in too.
     ctx_.begin_round();
-    if (done == 0) ctx_.mail(rank)[0] = located;
+    if (done == 0) ctx_.mail(rank).output_location() = located;
     ctx_.copy_for_peers(ctx_.slot(rank), chunk, lo * esize);
     ctx_.copy_for_peers(ctx_.slot(rank) + hi * esize, chunk + hi * esize, (m - hi) * esize);
     ctx_.step();
@@ -189,10 +189,10 @@ void SegmentPipeline::run(const AlltoallCall& c) {
   for (size_t k = 0; k < rounds; ++k) {
     ctx_.begin_round();
     if (k == 0) {
-      ctx_.mail(rank)[0] = my_rounds;
-      ctx_.mail(rank)[1] = reinterpret_cast<uint64_t>(c.in);
-      ctx_.mail(rank)[2] = reinterpret_cast<uint64_t>(c.send_at.data());
-      ctx_.mail(rank)[3] = reads ? 1 : 0;
+      ctx_.mail(rank).rounds() = my_rounds;
+      ctx_.mail(rank).input() = reinterpret_cast<uint64_t>(c.in);
+      ctx_.mail(rank).send_at() = reinterpret_cast<uint64_t>(c.send_at.data());
+      ctx_.mail(rank).reads_directly() = reads ? 1 : 0;
     }
     for (int r = 0; r < size; ++r) {
       const size_t n = direct(c.send_bytes[r]) ? 0 : piece(c.send_bytes[r], k, per_peer);
@@ -201,16 +201,16 @@ void SegmentPipeline::run(const AlltoallCall& c) {
     ctx_.step();
     if (k == 0) {
       for (int p = 0; p < size; ++p) {
-        rounds = std::max<size_t>(rounds, ctx_.mail(p)[0]);
-        anyone_reads = anyone_reads || ctx_.mail(p)[3];
+        rounds = std::max<size_t>(rounds, ctx_.mail(p).rounds());
+        anyone_reads = anyone_reads || ctx_.mail(p).reads_directly();
       }
       // Each large piece for this rank starts at its sender's own send offset, read from its memory first.
       for (int i = 1; i < size; ++i) {
         const int p = (rank + i) % size;  // readers spread over the owners
         if (!direct(c.recv_bytes[p])) continue;
         size_t at = 0;
-        ctx_.read_from(p, ctx_.mail(p)[2] + rank * sizeof(size_t), &at, sizeof(at));
-        ctx_.read_from(p, ctx_.mail(p)[1] + at, c.out + c.recv_at[p], c.recv_bytes[p]);
+        ctx_.read_from(p, ctx_.mail(p).send_at() + rank * sizeof(size_t), &at, sizeof(at));
+        ctx_.read_from(p, ctx_.mail(p).input() + at, c.out + c.recv_at[p], c.recv_bytes[p]);
       }
     }
     for (int p = 0; p < size; ++p) {
