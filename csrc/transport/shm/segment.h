@@ -32,8 +32,8 @@ struct alignas(64) ShmRankState {
   std::atomic<uint64_t> output_at[2] = {0, 0};
   // 1 while a caller thread of this rank runs its cycles (Engine::help): peers that begin a
   // cycle need not wake its background thread then. Set and cleared every blocking call, and
-  // read by peers only when a step is slow: a line of its own, not the one they poll `seq` on
-  // (with three other changes to a call's path, a 4 B broadcast 7% faster, np=2).
+  // read by peers only when a step is slow: a line of its own, so that every call's two writes do
+  // not pull the line the peers poll `seq` on (MEASUREMENTS.md, "A blocking call's fixed cost").
   alignas(64) std::atomic<uint32_t> caller_cycles{0};
 };
 
