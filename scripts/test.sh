@@ -19,7 +19,12 @@ done
 # Most of a test's time is spent waiting (launches, a peer's timeout, a host coming back), so
 # the suite runs on one pytest-xdist worker per core; a file stays on one worker (its module
 # fixtures, a cluster or a batched MPI job, are set up once).
-workers="${HORO_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+cores="$(nproc)"
+# A container's CPU quota (cgroup v2) can be smaller than the cores nproc sees.
+if read -r quota period 2>/dev/null < /sys/fs/cgroup/cpu.max && [ "$quota" != max ]; then
+  cores=$(( (quota + period - 1) / period < cores ? (quota + period - 1) / period : cores ))
+fi
+workers="${HORO_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}"
 parallel=(-n "$workers" --dist loadfile)
 [ "$workers" -gt 1 ] || parallel=(-p no:xdist)
 for arg in "${args[@]+"${args[@]}"}"; do
