@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from horo.run import session_dirs
+
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 MPI_DIR = TESTS_DIR / "mpi"
@@ -101,6 +103,8 @@ def segments_left_behind(before):
 
 
 def mpirun_command(np_, argv):
+    """The mpirun command line for np_ ranks of argv on this host."""
+    session_dirs.remove_stale()  # a job this suite SIGKILLed must not fail a later one (horo/run/session_dirs.py)
     mpirun = find_mpirun()
     if mpirun is None:
         pytest.fail("no mpirun found (next to sys.executable or on PATH): the multi-rank tests need MPI")

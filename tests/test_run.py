@@ -8,9 +8,12 @@ horo-run finds itself (next to this Python, then PATH).
 import importlib.util
 import os
 import shlex
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -331,8 +334,6 @@ def test_launcher_keepalive_follows_the_peer_timeout_unless_set():
 
 
 def test_a_job_on_this_host_alone_leaves_out_open_mpis_ofi_transport(openmpi, tmp_path):
-    import socket
-
     from horo.run import command, fabric, launcher
 
     def added(*argv, env=BASE_ENV):
@@ -367,9 +368,22 @@ def test_two_rank_job_runs_an_allreduce():
     proc = horo_run("-np", "2", "--cycle-time-ms", "1", "python", "-c", ALLREDUCE_JOB)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rank 0 of 2 ok" in proc.stdout and "rank 1 of 2 ok" in proc.stdout
-    # a job on one host: no libfabric probe in MPI_Init (horo/run/fabric.py)
-    proc = horo_run("-np", "2", "python", "-c", "import os; print('btl', os.environ.get('OMPI_MCA_btl'))")
-    assert proc.stdout.count("btl ^ofi") == 2, proc.stdout + proc.stderr
+    # a job on one host: no libfabric probe in MPI_Init (horo/run/fabric.py); and an mpirun session
+    # directory a SIGKILLed launch left behind is removed first (horo/run/session_dirs.py)
+    tmpdir = tempfile.mkdtemp(prefix="hs")  # short: PMIx puts socket paths under it
+    try:
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        for pid in (dead.pid, os.getpid()):
+            os.mkdir(f"{tmpdir}/ompi.{pid}")
+            open(f"{tmpdir}/ompi.{pid}/pmix.{socket.gethostname()}.tool.{pid}", "w").close()
+        proc = horo_run("-np", "2", "python", "-c", "import os; print('btl', os.environ.get('OMPI_MCA_btl'))",
+                        env={"TMPDIR": tmpdir})
+        assert proc.stdout.count("btl ^ofi") == 2, proc.stdout + proc.stderr
+        assert not os.path.exists(f"{tmpdir}/ompi.{dead.pid}"), "a dead mpirun's session directory stayed"
+        assert os.path.exists(f"{tmpdir}/ompi.{os.getpid()}"), "a live process's session directory was removed"
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 FAILING_JOB = textwrap.dedent(

@@ -24,7 +24,7 @@ import time
 
 from horo.elastic.driver_link import DRIVER_VARIABLE, GENERATION_VARIABLE, SECRET_VARIABLE
 from horo.elastic.run import EXIT_PEER_LOST
-from horo.run import command, elastic_flags, fabric, hosts, lost_host, tunable_flags
+from horo.run import command, elastic_flags, fabric, hosts, lost_host, session_dirs, tunable_flags
 from horo.run.elastic_hosts import HostDiscovery, plan_hosts
 from horo.run.elastic_state_server import StateServer, say
 from horo.run.job import _exit_status, pump_stderr
@@ -151,6 +151,7 @@ class ElasticDriver:
 
     def _launch(self, cmd, env):
         """Runs one mpirun; (exit status, the first failure its output names or None)."""
+        session_dirs.remove_stale()
         try:
             self._proc = proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
         except OSError as e:

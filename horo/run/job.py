@@ -14,6 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from horo.run import session_dirs
+
 # Open MPI 4 and 5 both print, once the first rank fails:
 #     Process name: [[35121,1],1]            (5.x: [prterun-host-2897@1,1])
 #     Exit code:    3
@@ -217,6 +219,7 @@ def run_job(argv, env, on_signal=None):
     """Runs argv; returns the exit status horo-run should exit with. `on_signal()` is called once, soon
     after horo-run is first sent SIGTERM/SIGHUP/SIGINT (inside Slurm: say why the job is ending while the
     launcher still winds down, as Slurm kills what is left soon after)."""
+    session_dirs.remove_stale()
     try:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
     except OSError as e:
