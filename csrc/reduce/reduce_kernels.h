@@ -27,8 +27,9 @@ inline void reduce_own_with(DataType dtype, ReduceOp op, void* out, const void* 
   }
 }
 
-// buf[i] *= factor. Floats scale in their own precision (16-bit floats via
-// float32); integers scale in float64 and round half to even.
+// buf[i] *= factor. Floats scale in their own precision (16-bit floats via float32), except that
+// a float32 times 1/n (Average's factor) is divided by n, correctly rounded; integers scale in
+// float64 and are cast back (truncated toward zero).
 void scale_buffer(DataType dtype, void* buf, size_t count, double factor);
 
 // buf[i] = the identity of `op` (0 for sum, 1 for product, the largest value
