@@ -100,6 +100,7 @@ void ShmContext::read_from(int peer, uint64_t remote, void* local, size_t bytes)
     read_peer(segment_.state(peer).pid.load(), remote, local, bytes, peer);
   } catch (const Error& e) {
     read_error_ = e.what();
+    failed_access_ = ShmMailbox::kReadFailed;
   }
 }
 
@@ -109,17 +110,23 @@ void ShmContext::write_to(int peer, uint64_t remote, const void* local, size_t b
     write_peer(segment_.state(peer).pid.load(), remote, local, bytes, peer);
   } catch (const Error& e) {
     read_error_ = e.what();
+    failed_access_ = ShmMailbox::kWriteFailed;
   }
 }
 
 void ShmContext::finish_reads() {
   begin_round();
-  mail(rank_).read_failed() = read_error_.empty() ? 0 : 1;
+  mail(rank_).access_failed() = failed_access_;
   step();
   std::string error;
   std::swap(error, read_error_);
+  failed_access_ = 0;
   for (int p = 0; p < size_ && error.empty(); ++p) {
-    if (mail(p).read_failed()) error = "rank " + std::to_string(p) + " could not read a peer's buffer (process_vm_readv)";
+    if (mail(p).access_failed() == ShmMailbox::kReadFailed) {
+      error = "rank " + std::to_string(p) + " could not read a peer's buffer (process_vm_readv)";
+    } else if (mail(p).access_failed() == ShmMailbox::kWriteFailed) {
+      error = "rank " + std::to_string(p) + " could not write a peer's buffer (process_vm_writev)";
+    }
   }
   if (!error.empty()) throw Error(error);
 }

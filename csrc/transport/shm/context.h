@@ -170,6 +170,7 @@ class ShmContext {
   size_t stream_pushes_from_ = 0;  // 0: pushes follow stream_bytes_ alone (few cores, or HORO_SHM_STREAM_BYTES given)
   bool cross_memory_ = false;      // every rank may read and write its peers' memory
   std::string read_error_;
+  uint64_t failed_access_ = 0;  // ShmMailbox::kReadFailed or kWriteFailed, with read_error_
   const std::chrono::microseconds spin_;
   const bool spin_yields_;
   // Atomic: the background thread reads it (peers_ahead) while a caller may run a cycle.

@@ -59,8 +59,10 @@ struct alignas(64) ShmMailbox {
   uint64_t& output() { return words_[2]; }
   // Word 2: the address of an alltoall's send offsets, one size_t per peer.
   uint64_t& send_at() { return words_[2]; }
-  // Word 3: 1 when a read or write of this rank's failed (ShmContext::finish_reads).
-  uint64_t& read_failed() { return words_[3]; }
+  // Word 3: which of this rank's accesses to a peer's memory failed (ShmContext::finish_reads):
+  // 0 none, kReadFailed or kWriteFailed.
+  uint64_t& access_failed() { return words_[3]; }
+  static constexpr uint64_t kReadFailed = 1, kWriteFailed = 2;
   // Word 3: 1 when this rank reads part of an alltoall straight from a peer's memory.
   uint64_t& reads_directly() { return words_[3]; }
 
