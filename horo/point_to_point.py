@@ -83,12 +83,16 @@ def transfer(send, tensor, peer, tag, name, process_set, buffer_of):
 
 def send(tensor, dst, tag=0, name=None, process_set=None):
     """Sends `tensor` to global rank `dst`; returns once `dst` has received it."""
-    transfer(True, tensor, dst, tag, name or f"send.to{dst}.tag{tag}", process_set, host_buffer)
+    # A plain NumPy array in the global set runs from the core's lane (bindings.cc: transfer_plain).
+    if _core.transfer_plain(True, tensor, dst, tag, name or None, process_set) is NotImplemented:
+        transfer(True, tensor, dst, tag, name or f"send.to{dst}.tag{tag}", process_set, host_buffer)
 
 
 def recv(tensor, src, tag=0, name=None, process_set=None):
     """Receives a message from global rank `src` into `tensor` (in place) and returns it."""
-    return transfer(False, tensor, src, tag, name or f"recv.from{src}.tag{tag}", process_set, host_buffer)
+    if _core.transfer_plain(False, tensor, src, tag, name or None, process_set) is NotImplemented:
+        transfer(False, tensor, src, tag, name or f"recv.from{src}.tag{tag}", process_set, host_buffer)
+    return tensor
 
 
 def batch_isend_irecv(ops, name=None, process_set=None):

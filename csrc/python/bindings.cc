@@ -314,7 +314,7 @@ int plain_dtype_code(PyObject* descr) {
 // the input itself (`in_place`: allreduce_, broadcast_) or `output`, an array the caller made
 // like the input (allreduce, broadcast). From horo/enqueue.py's plain_call(): `unnamed`, the
 // name of a call without one, and `default_op`, the op of a call without one.
-// Positional arguments only (see run_plain_fastcall()).
+// Positional arguments only (see fastcall()).
 py::object run_plain(PyObject* const* args, size_t given) {
   if (given < 7 || given > 12) throw py::type_error("run_plain() takes 7 to 12 positional arguments");
   static PyObject* const zero = PyLong_FromLong(0);  // the defaults (never destroyed: Python objects)
@@ -391,6 +391,86 @@ py::object run_plain(PyObject* const* args, size_t given) {
   return host_array(result.allocated, &input_dtype);
 }
 
+// One blocking send or receive, started and waited for in one call; `owner` holds the buffer
+// should a signal end the wait early (the core still uses it then).
+void run_transfer(int process_set, bool send, void* address, size_t bytes, int peer, int tag, const std::string& name,
+                  py::handle owner) {
+  require_init();
+  std::shared_ptr<Engine> engine = g_engine;
+  if (!g_interrupted->empty()) release_finished_interrupted(*engine);
+  const std::vector<PointToPoint::Op> ops{{send, address, bytes, peer, tag}};
+  int handle = -1;
+  try {
+    to_python(await_handle(*engine, handle, [&] { handle = engine->point_to_point(process_set, ops, name); }), 0);
+  } catch (py::error_already_set&) {
+    if (handle >= 0) (*g_interrupted)[handle] = py::make_tuple(owner, py::none());
+    throw;
+  }
+}
+
+// A transfer's name: the caller's str, or Python's default for one without (false: not UTF-8).
+bool transfer_label(bool send, long peer, long tag, py::handle name, std::string* label) {
+  if (name.is_none()) {
+    *label = (send ? "send.to" : "recv.from") + std::to_string(peer) + ".tag" + std::to_string(tag);
+    return true;
+  }
+  Py_ssize_t length = 0;
+  const char* utf8 = PyUnicode_Check(name.ptr()) ? PyUnicode_AsUTF8AndSize(name.ptr(), &length) : nullptr;
+  if (!utf8) {
+    PyErr_Clear();
+    return false;
+  }
+  label->assign(utf8, static_cast<size_t>(length));
+  return true;
+}
+
+// horo.send / horo.recv of a plain NumPy array in the global set, recognised here as run_plain()
+// recognises a collective: an exact ndarray, C-contiguous (and writable to receive into), int
+// peer and tag, a str name or None (then named as Python would). Python's checks and naming cost
+// more than the transfer (1.2 us a call of a 4-byte ping-pong's 4.0). Anything else returns
+// NotImplemented and takes horo/point_to_point.py's full path, whose errors name the problem.
+// Positional only: (send, tensor, peer, tag, name, process_set).
+py::object transfer_plain(PyObject* const* args, size_t given) {
+  if (given != 6) throw py::type_error("transfer_plain() takes 6 positional arguments");
+  const bool send = PyObject_IsTrue(args[0]);
+  const py::handle tensor = args[1], peer = args[2], tag = args[3], name = args[4], process_set = args[5];
+  const auto not_plain = [] { return py::reinterpret_borrow<py::object>(Py_NotImplemented); };
+  auto& numpy = py::detail::npy_api::get();
+  if (Py_TYPE(tensor.ptr()) != numpy.PyArray_Type_ || !PyLong_CheckExact(peer.ptr()) || !PyLong_CheckExact(tag.ptr()) ||
+      !(name.is_none() || PyUnicode_CheckExact(name.ptr())) || !process_set.is_none() || !g_engine) {
+    return not_plain();
+  }
+  using npy = py::detail::npy_api;
+  const auto* array = py::detail::array_proxy(tensor.ptr());
+  const int needs = npy::NPY_ARRAY_C_CONTIGUOUS_ | (send ? 0 : npy::NPY_ARRAY_WRITEABLE_);
+  int peer_overflow = 0, tag_overflow = 0;
+  const long peer_rank = PyLong_AsLongAndOverflow(peer.ptr(), &peer_overflow);
+  const long tag_value = PyLong_AsLongAndOverflow(tag.ptr(), &tag_overflow);
+  if ((array->flags & needs) != needs || peer_overflow || tag_overflow || peer_rank != static_cast<int>(peer_rank) ||
+      tag_value != static_cast<int>(tag_value)) {
+    return not_plain();
+  }
+  std::string label;
+  if (!transfer_label(send, peer_rank, tag_value, name, &label)) return not_plain();
+  const size_t bytes = static_cast<size_t>(py::reinterpret_borrow<py::array>(tensor).nbytes());
+  run_transfer(0, send, array->data, bytes, static_cast<int>(peer_rank), static_cast<int>(tag_value), label, tensor);
+  return py::none();
+}
+
+// The same for a buffer a framework plugin has checked (horo.torch's CPU tensors):
+// (send, address, bytes, peer, tag, name or None, owner), in the global set.
+py::object transfer_checked(PyObject* const* args, size_t given) {
+  if (given != 7) throw py::type_error("transfer_checked() takes 7 positional arguments");
+  const bool send = PyObject_IsTrue(args[0]);
+  const auto address = py::cast<uintptr_t>(py::handle(args[1]));
+  const auto bytes = py::cast<size_t>(py::handle(args[2]));
+  const int peer = py::cast<int>(py::handle(args[3])), tag = py::cast<int>(py::handle(args[4]));
+  std::string label;
+  if (!transfer_label(send, peer, tag, args[5], &label)) throw py::value_error("transfer_checked: name is not UTF-8");
+  run_transfer(0, send, reinterpret_cast<void*>(address), bytes, peer, tag, label, args[6]);
+  return py::none();
+}
+
 // Python's exceptions for horo's (pybind11 calls this for the functions it binds).
 py::handle g_horo_error, g_value_error, g_internal_error;  // set at import, never released
 void translate_horo_errors(std::exception_ptr p) {
@@ -405,12 +485,13 @@ void translate_horo_errors(std::exception_ptr p) {
   }
 }
 
-// run_plain() under CPython's own calling convention (METH_FASTCALL): pybind11's dispatcher,
+// run_plain() and transfer_plain() under CPython's own calling convention (METH_FASTCALL): pybind11's dispatcher,
 // whose argument list goes to the heap past six arguments, cost more than the lane's checks.
 // Errors become Python's as pybind11 would make them.
-PyObject* run_plain_fastcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+template <py::object (*Call)(PyObject* const*, size_t)>
+PyObject* fastcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   try {
-    return run_plain(args, static_cast<size_t>(nargs)).release().ptr();
+    return Call(args, static_cast<size_t>(nargs)).release().ptr();
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const py::builtin_exception& e) {
@@ -511,13 +592,28 @@ PYBIND11_MODULE(_core, m) {
         "output None: the core allocates it); returns what wait() returns. Should a signal end the wait early, "
         "the arrays are held until the collective completes.");
   static PyMethodDef run_plain_method = {
-      "run_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&run_plain_fastcall)), METH_FASTCALL,
+      "run_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastcall<run_plain>)), METH_FASTCALL,
       "run_plain(type, unnamed, in_place, default_op, tensor, name, process_set[, root=0, op=None, prescale=1.0, "
       "postscale=1.0, output=None]), positional only: run() of the common blocking call, a plain NumPy array in "
       "the global set, without Python's checks: the result (the tensor itself when in_place, `output` when given), "
       "or NotImplemented for any other call, which then takes the full path."};
   m.add_object("run_plain", py::reinterpret_steal<py::object>(
                                 PyCFunction_NewEx(&run_plain_method, nullptr, m.attr("__name__").ptr())));
+  static PyMethodDef transfer_plain_method = {
+      "transfer_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastcall<transfer_plain>)),
+      METH_FASTCALL,
+      "transfer_plain(send, tensor, peer, tag, name, process_set), positional only: transfer() of a plain NumPy "
+      "array in the global set, without Python's checks (None), or NotImplemented for any other call, which then "
+      "takes the full path."};
+  m.add_object("transfer_plain", py::reinterpret_steal<py::object>(
+                                     PyCFunction_NewEx(&transfer_plain_method, nullptr, m.attr("__name__").ptr())));
+  static PyMethodDef transfer_checked_method = {
+      "transfer_checked", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastcall<transfer_checked>)),
+      METH_FASTCALL,
+      "transfer_checked(send, address, bytes, peer, tag, name, owner), positional only: transfer() in the global "
+      "set of a buffer the caller has checked; name None names it as Python would."};
+  m.add_object("transfer_checked", py::reinterpret_steal<py::object>(
+                                       PyCFunction_NewEx(&transfer_checked_method, nullptr, m.attr("__name__").ptr())));
   m.def(
       "recognise_dtypes",
       [](py::dict codes) {
@@ -548,17 +644,7 @@ PYBIND11_MODULE(_core, m) {
       "transfer",
       [](int process_set, bool send, uintptr_t address, size_t bytes, int peer, int tag, const std::string& name,
          py::object owner) {
-        require_init();
-        std::shared_ptr<Engine> engine = g_engine;
-        if (!g_interrupted->empty()) release_finished_interrupted(*engine);
-        const std::vector<PointToPoint::Op> ops{{send, reinterpret_cast<void*>(address), bytes, peer, tag}};
-        int handle = -1;
-        try {
-          to_python(await_handle(*engine, handle, [&] { handle = engine->point_to_point(process_set, ops, name); }), 0);
-        } catch (py::error_already_set&) {
-          if (handle >= 0) (*g_interrupted)[handle] = py::make_tuple(owner, py::none());  // the core still uses it
-          throw;
-        }
+        run_transfer(process_set, send, reinterpret_cast<void*>(address), bytes, peer, tag, name, owner);
       },
       py::arg("process_set"), py::arg("send"), py::arg("address"), py::arg("bytes"), py::arg("peer"), py::arg("tag"),
       py::arg("name"), py::arg("owner"),

@@ -3,6 +3,7 @@ received in place. Peers are global ranks."""
 import torch
 
 from horo import point_to_point as _p2p
+from horo._native import _core
 from horo.point_to_point import P2POp
 from horo.torch.tensors import CODES
 
@@ -32,13 +33,25 @@ def irecv(tensor, src, tag=0, name=None, process_set=None):
                       lambda _: tensor)
 
 
+def _plain(tensor, peer, tag, process_set):
+    """Whether _buffer() would pass `tensor` as it is, for a transfer in the global set (its lane)."""
+    return (type(tensor) is torch.Tensor and process_set is None and type(peer) is int and type(tag) is int
+            and tensor.is_cpu and tensor.layout is torch.strided and tensor.dtype in CODES and tensor.is_contiguous())
+
+
 def send(tensor, dst, tag=0, name=None, process_set=None):
     """Sends `tensor` to global rank `dst`; returns once `dst` has received it."""
-    _p2p.transfer(True, tensor, dst, tag, name or f"send.to{dst}.tag{tag}", process_set, _buffer)
+    if _plain(tensor, dst, tag, process_set):
+        _core.transfer_checked(True, tensor.data_ptr(), tensor.nbytes, dst, tag, name or None, tensor)
+    else:
+        _p2p.transfer(True, tensor, dst, tag, name or f"send.to{dst}.tag{tag}", process_set, _buffer)
 
 
 def recv(tensor, src, tag=0, name=None, process_set=None):
     """Receives a message from global rank `src` into `tensor` (in place) and returns it."""
+    if _plain(tensor, src, tag, process_set):
+        _core.transfer_checked(False, tensor.data_ptr(), tensor.nbytes, src, tag, name or None, tensor)
+        return tensor
     return _p2p.transfer(False, tensor, src, tag, name or f"recv.from{src}.tag{tag}", process_set, _buffer)
 
 

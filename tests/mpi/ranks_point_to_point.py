@@ -164,8 +164,20 @@ def test_torch_tensors():
         assert hvd.recv(got, prv, tag=8) is got
         hvd.synchronize(hs)
         assert torch.equal(got, torch.arange(50, dtype=torch.float32).to(dtype) * (prv + 1))
+    # Blocking calls of plain CPU tensors take the core's lane; the rest are checked as before.
+    for dtype in (torch.float32, torch.int8):
+        got = torch.zeros(3, 5, dtype=dtype)
+        if me % 2 == 0:
+            hvd.send(torch.full((3, 5), me + 1).to(dtype), nxt, tag=10)
+            hvd.recv(got, prv, tag=10)
+        else:
+            hvd.recv(got, prv, tag=10)
+            hvd.send(torch.full((3, 5), me + 1).to(dtype), nxt, tag=10)
+        assert torch.equal(got, torch.full((3, 5), prv + 1).to(dtype))
     with pytest.raises(ValueError, match="contiguous"):
         hvd.irecv(torch.zeros(4, 4).t(), prv)
+    with pytest.raises(ValueError, match="contiguous"):
+        hvd.recv(torch.zeros(4, 4).t(), prv)
 
 
 def test_size_mismatch_raises_on_both_sides(comm):
@@ -185,6 +197,14 @@ def test_size_mismatch_raises_on_both_sides(comm):
                 horo.recv(np.zeros(recv_count, np.float32), peer, tag=9, name="weights")
         expect_raise_on_every_rank(pair_comm, horo.HorovodInternalError, transfer,
                                    must_contain=("weights", "agree on its size"), what="size mismatch")
+    # Unnamed, each side's error names its own call as Python would ("send.to1.tag9", "recv.from0.tag9").
+    def unnamed():
+        if me % 2 == 0:
+            horo.send(np.zeros(8, np.float32), peer, tag=9)
+        else:
+            horo.recv(np.zeros(4, np.float32), peer, tag=9)
+    expect_raise_on_every_rank(pair_comm, horo.HorovodInternalError, unnamed,
+                               must_contain=(f"{peer}.tag9'", "agree on its size"), what="unnamed size mismatch")
     # The pair still works afterwards.
     got = np.empty(37, np.float32)
     horo.synchronize(horo.batch_isend_irecv([horo.P2POp("send", message(me, peer, 9), peer, 9),
@@ -206,6 +226,13 @@ def test_bad_arguments_raise_at_the_call():
     readonly.setflags(write=False)
     with pytest.raises(ValueError, match="read-only"):
         horo.irecv(readonly, 0)
+    # The blocking calls check as the non-blocking ones do (their lane takes plain arrays only).
+    with pytest.raises(ValueError, match="read-only"):
+        horo.recv(readonly, 0)
+    with pytest.raises(ValueError, match="not contiguous"):
+        horo.recv(np.zeros((4, 4)).T, n - 1)
+    with pytest.raises(TypeError, match="tag must be an int"):
+        horo.send(np.zeros(1), 0, tag="7")
     with pytest.raises(ValueError, match="'send' or 'recv'"):
         horo.batch_isend_irecv([horo.P2POp("put", np.zeros(1), 0)])
 
