@@ -221,7 +221,7 @@ def main(argv=None):
         return job.run_job(cmd, env)
     segments = slurm.mpi_segments()
     explained = []
-    status = job.run_job(cmd, env, on_signal=lambda: explained.append(_explain_slurm_end(alloc)))
+    status = job.run_job(cmd, env, on_signal=lambda: _explain_slurm_end(alloc) and explained.append(True))
     if status != 0:
         if not explained:
             _explain_slurm_end(alloc)
@@ -238,9 +238,12 @@ def _slurm_launcher(args):
 
 
 def _explain_slurm_end(alloc):
+    """Prints why Slurm is ending the job, if it is; returns whether it did (else the caller asks again
+    once the launcher has ended: Slurm may not show a cancelled job's new state as its signal arrives)."""
     reason = slurm.job_end_reason(alloc.job_id, [h.name for h in alloc.hosts], signalled=job.signalled())
     if reason:
         print(reason, file=sys.stderr, flush=True)
+    return bool(reason)
 
 
 def _run_with_srun(args, alloc):
@@ -259,7 +262,7 @@ def _run_with_srun(args, alloc):
         print(command.shell_quote(cmd), file=sys.stderr, flush=True)
     explained = []
     status = job.run_job(cmd, {**os.environ, **tunable_flags.tunable_env(args)},
-                         on_signal=lambda: explained.append(_explain_slurm_end(alloc)))
+                         on_signal=lambda: _explain_slurm_end(alloc) and explained.append(True))
     if status != 0 and not explained:
         _explain_slurm_end(alloc)
     return status

@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 
 from horo.run.hosts import Host
@@ -328,6 +329,12 @@ def job_end_reason(job_id, nodes, signalled=False):
     Slurm is not ending it. Asked when the launcher exits with an error inside an allocation; while a job
     ends Slurm shows it COMPLETING on the nodes still cleaning up, so the nodes are asked one by one."""
     job = _fields(_scontrol("show", "job", "-o", str(job_id)))
+    # A signal can come before slurmctld shows the job's new state (seen on a loaded machine): look again.
+    for _ in range(10 if signalled else 0):
+        if job.get("JobState", "") != "RUNNING":
+            break
+        time.sleep(0.1)
+        job = _fields(_scontrol("show", "job", "-o", str(job_id)))
     state, reason = job.get("JobState", ""), job.get("Reason", "")
     down = []
     for line in _scontrol("show", "node", "-o", ",".join(nodes)).splitlines() if nodes else []:
