@@ -485,8 +485,9 @@ void translate_horo_errors(std::exception_ptr p) {
   }
 }
 
-// run_plain() and transfer_plain() under CPython's own calling convention (METH_FASTCALL): pybind11's dispatcher,
-// whose argument list goes to the heap past six arguments, cost more than the lane's checks.
+// The lanes (run_plain, transfer_plain, transfer_checked) under CPython's own calling convention
+// (METH_FASTCALL): pybind11's dispatcher, whose argument list goes to the heap past six arguments,
+// cost more than a lane's checks.
 // Errors become Python's as pybind11 would make them.
 template <py::object (*Call)(PyObject* const*, size_t)>
 PyObject* fastcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
@@ -504,6 +505,14 @@ PyObject* fastcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) 
     PyErr_SetString(PyExc_RuntimeError, e.what());
   }
   return nullptr;
+}
+
+// Adds `call` to the module as a METH_FASTCALL function (its definition lives as long as the module).
+void add_fastcall(py::module_& m, const char* name, PyObject* (*call)(PyObject*, PyObject* const*, Py_ssize_t),
+                  const char* doc) {
+  auto* def =
+      new PyMethodDef{name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(call)), METH_FASTCALL, doc};
+  m.add_object(name, py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr())));
 }
 
 }  // namespace
@@ -591,29 +600,18 @@ PYBIND11_MODULE(_core, m) {
         "enqueue() and wait() of a collective on C-contiguous NumPy arrays in one call (a blocking collective; "
         "output None: the core allocates it); returns what wait() returns. Should a signal end the wait early, "
         "the arrays are held until the collective completes.");
-  static PyMethodDef run_plain_method = {
-      "run_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastcall<run_plain>)), METH_FASTCALL,
-      "run_plain(type, unnamed, in_place, default_op, tensor, name, process_set[, root=0, op=None, prescale=1.0, "
-      "postscale=1.0, output=None]), positional only: run() of the common blocking call, a plain NumPy array in "
-      "the global set, without Python's checks: the result (the tensor itself when in_place, `output` when given), "
-      "or NotImplemented for any other call, which then takes the full path."};
-  m.add_object("run_plain", py::reinterpret_steal<py::object>(
-                                PyCFunction_NewEx(&run_plain_method, nullptr, m.attr("__name__").ptr())));
-  static PyMethodDef transfer_plain_method = {
-      "transfer_plain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastcall<transfer_plain>)),
-      METH_FASTCALL,
-      "transfer_plain(send, tensor, peer, tag, name, process_set), positional only: transfer() of a plain NumPy "
-      "array in the global set, without Python's checks (None), or NotImplemented for any other call, which then "
-      "takes the full path."};
-  m.add_object("transfer_plain", py::reinterpret_steal<py::object>(
-                                     PyCFunction_NewEx(&transfer_plain_method, nullptr, m.attr("__name__").ptr())));
-  static PyMethodDef transfer_checked_method = {
-      "transfer_checked", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastcall<transfer_checked>)),
-      METH_FASTCALL,
-      "transfer_checked(send, address, bytes, peer, tag, name, owner), positional only: transfer() in the global "
-      "set of a buffer the caller has checked; name None names it as Python would."};
-  m.add_object("transfer_checked", py::reinterpret_steal<py::object>(
-                                       PyCFunction_NewEx(&transfer_checked_method, nullptr, m.attr("__name__").ptr())));
+  add_fastcall(m, "run_plain", &fastcall<run_plain>,
+               "run_plain(type, unnamed, in_place, default_op, tensor, name, process_set[, root=0, op=None, "
+               "prescale=1.0, postscale=1.0, output=None]), positional only: run() of the common blocking call, a "
+               "plain NumPy array in the global set, without Python's checks: the result (the tensor itself when "
+               "in_place, `output` when given), or NotImplemented for any other call, which then takes the full path.");
+  add_fastcall(m, "transfer_plain", &fastcall<transfer_plain>,
+               "transfer_plain(send, tensor, peer, tag, name, process_set), positional only: transfer() of a plain "
+               "NumPy array in the global set, without Python's checks (None), or NotImplemented for any other call, "
+               "which then takes the full path.");
+  add_fastcall(m, "transfer_checked", &fastcall<transfer_checked>,
+               "transfer_checked(send, address, bytes, peer, tag, name, owner), positional only: transfer() in the "
+               "global set of a buffer the caller has checked; name None names it as Python would.");
   m.def(
       "recognise_dtypes",
       [](py::dict codes) {
