@@ -92,12 +92,9 @@ def segments_left_behind(before):
     be running beside this one (pytest-xdist)."""
     def creator_alive(name):
         try:
-            os.kill(int(name.split("-")[1]), 0)
-        except (ValueError, IndexError, ProcessLookupError):
+            return session_dirs.process_running(int(name.split("-")[1]))
+        except (ValueError, IndexError):
             return False
-        except PermissionError:
-            return True
-        return True
 
     return sorted(n for n in horo_segments() - before if not creator_alive(n))
 

@@ -14,13 +14,14 @@ import tempfile
 _SESSION = re.compile(r"ompi\.(\d+)")
 
 
-def _alive(pid):
+def process_running(pid):
+    """Whether a process with this pid exists (another user's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -38,7 +39,7 @@ def stale_session_dirs(tmpdir=None):
             mine = e.is_dir(follow_symlinks=False) and e.stat(follow_symlinks=False).st_uid == os.getuid()
         except OSError:
             continue
-        if m and mine and not _alive(int(m.group(1))):
+        if m and mine and not process_running(int(m.group(1))):
             stale.append(e.path)
     return stale
 
