@@ -140,15 +140,20 @@ class Watched:
                 proc.wait()
 
 
-def steps_after(text, t):
+def steps_after(text, t, below_size=None):
+    """(step, time, size) of the steps completed after time `t` (by fewer than `below_size` ranks)."""
     return [(int(m.group(1)), float(m.group(2)), int(m.group(3)))
-            for m in map(STEP.match, text.splitlines()) if m and float(m.group(2)) > t]
+            for m in map(STEP.match, text.splitlines())
+            if m and float(m.group(2)) > t and (below_size is None or int(m.group(3)) < below_size)]
 
 
-def measure(mode, env, workdir, last_call, max_restarts, single_host=False):
+def measure(mode, env, workdir, last_call, max_restarts, single_host=False, keep_alive_s=1):
     log = workdir / f"{mode}.log"
     log.write_bytes(b"")
     checkpoint = str(workdir / "torchrun.ckpt")
+    # A dead agent leaves the rendezvous once it misses 3 heartbeats (torch's default: every 5 s); until
+    # then the survivors' re-rendezvous counts it and their workers fail connecting to its ports.
+    keep_alive = f"keep_alive_interval={keep_alive_s},keep_alive_max_attempt=3"
     if os.path.exists(checkpoint):
         os.remove(checkpoint)
     job = Watched(log)
@@ -167,7 +172,7 @@ def measure(mode, env, workdir, last_call, max_restarts, single_host=False):
             job.start([str(Path(sys.executable).parent / "torchrun"),
                        "--nnodes=1:2", "--nproc-per-node=2", f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
                        "--rdzv-endpoint=127.0.0.1:29400", "--rdzv-id=horo-bench", "--monitor-interval=0.5",
-                       f"--rdzv-conf=last_call_timeout={last_call},is_host={str(host == 'h1').lower()}",
+                       f"--rdzv-conf=last_call_timeout={last_call},{keep_alive},is_host={str(host == 'h1').lower()}",
                        str(Path(__file__).resolve()), "--worker", "torchrun", checkpoint],
                       {**env, "HORO_BENCH_NODE": host, "GLOO_SOCKET_IFNAME": "lo"})
             agents.append(job.procs[-1].pid)
@@ -177,7 +182,7 @@ def measure(mode, env, workdir, last_call, max_restarts, single_host=False):
             job.start(["bash", str(CLUSTER), "exec", host, str(Path(sys.executable).parent / "torchrun"),
                        "--nnodes=2:3", "--nproc-per-node=2", f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
                        f"--rdzv-endpoint={h1}:29400", "--rdzv-id=horo-bench", "--monitor-interval=0.5",
-                       f"--rdzv-conf=last_call_timeout={last_call},is_host={str(host == 'h1').lower()}",
+                       f"--rdzv-conf=last_call_timeout={last_call},{keep_alive},is_host={str(host == 'h1').lower()}",
                        str(Path(__file__).resolve()), "--worker", "torchrun", checkpoint,
                        "--name", NAME], {**env, "GLOO_SOCKET_IFNAME": "eth0"})
             agents.append(job.procs[-1].pid)
@@ -192,7 +197,10 @@ def measure(mode, env, workdir, last_call, max_restarts, single_host=False):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        after = job.wait_for(lambda text: steps_after(text, killed), timeout=600)
+        # The first step of the job that goes on without the host: the whole job may still finish a
+        # step or two after the kill, before the survivors notice it.
+        full = max(size for _, _, size in steps_after(job.text(), 0))
+        after = job.wait_for(lambda text: steps_after(text, killed, below_size=full), timeout=600)
         step, at, size = after[0]
         return at - killed, step, size
     finally:
@@ -207,6 +215,8 @@ def main():
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--last-call", type=int, default=30, help="torchrun's rendezvous last_call_timeout, s")
     p.add_argument("--max-restarts", type=int, default=10, help="torchrun's --max-restarts")
+    p.add_argument("--keep-alive", type=int, default=1,
+                   help="torchrun's rendezvous keep_alive_interval, s (3 missed: a node is gone; torch's default 5)")
     p.add_argument("--modes", default="horo,torchrun")
     p.add_argument("--workdir", default="/tmp/horo-elastic-recovery")
     p.add_argument("--single-host", action="store_true", help="2 hosts x 2 ranks on this machine, no namespaces")
@@ -241,7 +251,8 @@ def compare(args, env, workdir):
     results = {"horo": [], "torchrun": []}
     for _ in range(args.runs):
         for mode in args.modes.split(","):
-            seconds, step, size = measure(mode, env, workdir, args.last_call, args.max_restarts, args.single_host)
+            seconds, step, size = measure(mode, env, workdir, args.last_call, args.max_restarts, args.single_host,
+                                          args.keep_alive)
             results[mode].append(seconds)
             print(f"{mode:8s}: {seconds:6.1f} s from the kill on {'h2' if args.single_host else 'h3'} to step {step} "
                   f"on {size} ranks (load {os.getloadavg()[0]:.1f})", flush=True)

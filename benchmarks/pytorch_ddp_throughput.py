@@ -11,6 +11,9 @@ Variants, each with its own copy of the same initial model, timed rep by rep in 
   ddp-horo   the same DDP over the "horo" torch.distributed backend (a horo group beside the gloo one):
              torch's own DDP, horo's transports (issue #52 targets: >= 1.25x ddp, within 5% of horo)
   no-comm    the same loop with no communication at all: the bound both aim for
+  ddp-no-comm  DDP over "horo" with a communication hook that moves nothing (each bucket as it is):
+             DDP's own work (copying gradients into buckets and back, dividing), the bound of any
+             DDP backend; ddp-horo / ddp-no-comm is the horo backend's share of DDP's step
   1 proc x N threads  (--single, on by default at np=2) rank 0 alone, N = np torch threads, on the
              global batch (np x batch-size) while the other ranks sleep: what the machine does without
              data parallelism (not a ratio target; shows what the cores can do together)
@@ -77,6 +80,15 @@ def time_single(comm, fn, iters):
     return comm.bcast(dt, root=0) / iters
 
 
+def bucket_as_it_is(_state, bucket):
+    """A DDP communication hook that communicates nothing: DDP's step without its all-reduce."""
+    import torch
+
+    future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
+
+
 def flat_params(torch, model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
 
@@ -103,8 +115,8 @@ def main():
     p.add_argument("--single", dest="single", action="store_true", default=None,
                    help="also time one process with np threads on the global batch (default: on at np=2)")
     p.add_argument("--no-single", dest="single", action="store_false")
-    p.add_argument("--variants", default="horo,ddp,ddp-horo,no-comm",
-                   help="comma-separated subset of horo,ddp,ddp-horo,no-comm")
+    p.add_argument("--variants", default="horo,ddp,ddp-horo,no-comm,ddp-no-comm",
+                   help="comma-separated subset of horo,ddp,ddp-horo,no-comm,ddp-no-comm")
     p.add_argument("--horo-tunables", action="append", default=[], metavar="ENV=V[,ENV=V]",
                    help="an extra horo variant run under these tunables (repeatable), e.g. HORO_FUSION_THRESHOLD=0; "
                         "horo is re-initialised with them before each of its blocks (untimed, plus one untimed step)")
@@ -181,6 +193,13 @@ def main():
         horo_group = dist.new_group(backend="horo")  # the "horo" backend, registered by import horo.torch
         ddp = torch.nn.parallel.DistributedDataParallel(m, bucket_cap_mb=args.ddp_bucket_mb, process_group=horo_group)
         models["ddp-horo"], steps["ddp-horo"] = m, stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=args.lr * size))
+    if "ddp-no-comm" in wanted:
+        m = make_mlp(torch, seed=0)
+        ddp = torch.nn.parallel.DistributedDataParallel(m, bucket_cap_mb=args.ddp_bucket_mb,
+                                                        process_group=dist.new_group(backend="horo"))
+        ddp.register_comm_hook(None, bucket_as_it_is)
+        models["ddp-no-comm"] = m
+        steps["ddp-no-comm"] = stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=args.lr * size))
     if "no-comm" in wanted:
         m = make_mlp(torch, seed=0)
         models["no-comm"], steps["no-comm"] = m, stepper(m, torch.optim.SGD(m.parameters(), lr=args.lr * size))
@@ -219,11 +238,12 @@ def main():
             checks[name] = gap
             if not same:
                 problems.append(f"{name}: weights differ between ranks after training (max gap {gap:g})")
-    if "no-comm" in models and size > 1:
-        same, gap = identical_on_every_rank(comm, flat_params(torch, models["no-comm"]))
-        checks["no-comm"] = gap
-        if same:
-            problems.append("no-comm: weights identical on every rank although the data differ (the check is blind)")
+    for name in ("no-comm", "ddp-no-comm"):
+        if name in models and size > 1:
+            same, gap = identical_on_every_rank(comm, flat_params(torch, models[name]))
+            checks[name] = gap
+            if same:
+                problems.append(f"{name}: weights identical on every rank although the data differ (the check is blind)")
 
     # ---- report
     img_per_step = {n: args.batch_size * size for n in names}
@@ -252,6 +272,17 @@ def main():
             results["ddp-horo"]["vs_horo"] = vs_horo
             notes.append(f"issue #52 target DDP over horo within 5% of horo's DistributedOptimizer: {vs_horo:.2f}x "
                          f"-> {C.verdict(vs_horo >= 0.95)}")
+    if "ddp-no-comm" in samples:
+        # Speeds as ratios (time of one / time of the other): DDP's bound against horo's optimizer, and
+        # how close DDP over horo comes to that bound.
+        bound = results["ddp-no-comm"]
+        if "horo" in samples:
+            bound["vs_horo"] = C.paired_ratio(samples["horo"], samples["ddp-no-comm"])
+            notes.append(f"DDP with no communication at all (its own work: the most any DDP backend reaches) runs at "
+                         f"{bound['vs_horo']:.2f}x horo's DistributedOptimizer")
+        if "ddp-horo" in samples:
+            results["ddp-horo"]["vs_ddp_no_comm"] = C.paired_ratio(samples["ddp-no-comm"], samples["ddp-horo"])
+            notes.append(f"DDP over horo runs at {results['ddp-horo']['vs_ddp_no_comm']:.2f}x that bound")
     notes.append("weights identical across ranks: " + ", ".join(
         f"{k} {'yes' if g == 0 else f'no (max gap {g:.3g})'}" for k, g in checks.items()))
     if ctx.console:
