@@ -21,6 +21,8 @@ import horo.torch as hvd
 from horo.enqueue import enqueue as enqueue_array
 from horo.enqueue import refusing
 from horo.handles import blocking
+from horo.enqueue import plain_call
+from horo.process_sets import global_process_set
 from horo.torch.enqueue import enqueue
 from horo.torch.tensors import checked, from_core
 
@@ -34,6 +36,8 @@ BACKEND_NAME = "horo"
 # (horo refuses that with an error naming it); a step's worth of collectives is far fewer.
 NAME_WINDOW = 512
 _TOKEN = torch.zeros(0, dtype=torch.uint8)
+# The core's lane for a blocking in-place allreduce of a plain array in the global set (bindings.cc run_plain).
+_plain_allreduce_ = plain_call("allreduce", in_place=True)
 # dtypes whose CPU tensors NumPy views without a copy (not bfloat16, not bool: those take the general path).
 _NUMPY_VIEWABLE = frozenset((torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16,
                              torch.int8, torch.uint8))
@@ -138,10 +142,12 @@ class ProcessGroupHoro(AllToAll, dist.ProcessGroup):
         red = plain_reduction(opts.reduceOp) or reduction(opts.reduceOp, (tensor,), "allreduce")
         if red.fold is not None:
             return None
-        name = self._name("allreduce")
+        name = f"{self._name('allreduce')}.0"
         array = tensor.detach().numpy()
-        enqueue_array("allreduce", f"{name}.0", array, array, _nothing, red.op, red.prescale, 1.0,
-                      process_set=self.process_set, waits=True)
+        if self.process_set is not global_process_set or \
+                _plain_allreduce_(array, name, None, 0, red.op, red.prescale) is NotImplemented:
+            enqueue_array("allreduce", name, array, array, _nothing, red.op, red.prescale, 1.0,
+                          process_set=self.process_set, waits=True)
         return HoroWork.finished([tensor], "allreduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
