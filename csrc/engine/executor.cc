@@ -1,16 +1,27 @@
 #include "engine/executor.h"
-#include "common/copy_bytes.h"
 
 #include <cstring>
 
 #include "collectives/adasum.h"
+#include "common/copy_bytes.h"
 #include "common/error.h"
-#include "engine/row_layout.h"
+#include "engine/collective_shapes.h"
 #include "reduce/reduce_kernels.h"
 
 namespace horo {
 
 namespace {
+
+// The copies collective_shapes.h makes: bytes as they are, or scaled by a factor on the way.
+struct CopyBytes {
+  size_t esize;
+  void operator()(char* to, const char* from, size_t count) const { copy_bytes(to, from, count * esize); }
+};
+struct CopyScaled {
+  DataType dtype;
+  double factor;
+  void operator()(char* to, const char* from, size_t count) const { copy_scaled(dtype, to, from, count, factor); }
+};
 
 double final_scale(const Request& spec, int size) {
   return spec.op == ReduceOp::kAverage ? spec.postscale / size : spec.postscale;
@@ -28,21 +39,12 @@ void adasum_allreduce(Transport& transport, FusionBuffer& fusion, std::vector<Te
   size_t total = 0;
   for (const auto& e : entries) total += counts.emplace_back(elements(e.request.shape));
   char* buf = entries.size() == 1 ? static_cast<char*>(entries.front().output) : fusion.reserve(total * esize);
-  size_t offset = 0;
-  for (const auto& e : entries) {
-    copy_scaled(spec.dtype, buf + offset * esize, e.input, elements(e.request.shape), spec.prescale);
-    offset += elements(e.request.shape);
-  }
+  pack(entries, buf, CopyScaled{spec.dtype, spec.prescale});
   // Kept per thread (the engine's): its half-buffer stays allocated and faulted in from call to call.
   static thread_local AdasumAllreduce adasum;
   adasum.allreduce(transport, buf, counts, spec.dtype);
-  offset = 0;
-  for (auto& e : entries) {
-    const size_t count = elements(e.request.shape);
-    if (entries.size() == 1) scale_buffer(spec.dtype, e.output, count, spec.postscale);
-    else copy_scaled(spec.dtype, e.output, buf + offset * esize, count, spec.postscale);
-    offset += count;
-  }
+  if (entries.size() == 1) return scale_buffer(spec.dtype, buf, total, spec.postscale);
+  unpack(entries, buf, CopyScaled{spec.dtype, spec.postscale});
 }
 
 void refuse_adasum(const Request& spec) {
@@ -134,25 +136,14 @@ void Executor::allreduce(std::vector<TensorEntry>& entries, bool preloaded) {
     reduce(input, e.output, count, dtype, spec.op, postscale);
     return;
   }
-  size_t total = 0;
-  for (const auto& e : entries) total += elements(e.request.shape);
+  const size_t total = total_elements(entries);
   int64_t t = timeline_.activity_start();
   char* buf = fusion_.reserve(total * esize);
-  size_t offset = 0;
-  for (const auto& e : entries) {
-    const size_t count = elements(e.request.shape);
-    copy_scaled(dtype, buf + offset * esize, e.input, count, spec.prescale);
-    offset += count;
-  }
+  pack(entries, buf, CopyScaled{dtype, spec.prescale});
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   reduce(buf, buf, total, dtype, spec.op);
   t = timeline_.activity_start();
-  offset = 0;
-  for (auto& e : entries) {
-    const size_t count = elements(e.request.shape);
-    copy_scaled(dtype, e.output, buf + offset * esize, count, postscale);
-    offset += count;
-  }
+  unpack(entries, buf, CopyScaled{dtype, postscale});
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
@@ -173,48 +164,30 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) 
   const int n = transport_.size(), me = transport_.rank();
   refuse_adasum(spec);
   for (TensorEntry& e : entries) {  // the caller's output, as usual: nothing to work out
-    if (!e.output) allocate_missing_output(e, rows_of_rank(e.request.shape.empty() ? 1 : e.request.shape[0], n, me));
+    if (!e.output) allocate_missing_output(e, rows_of_rank(first_dim(e.request.shape), n, me));
   }
   const double postscale = final_scale(spec, n);
   if (preloaded) {  // this rank's rows, straight from every rank's input
-    const size_t rows = spec.shape.empty() ? 1 : spec.shape[0], row = row_elements(spec.shape);
+    const size_t rows = first_dim(spec.shape), row = row_elements(spec.shape);
     return reduce_preloaded(entries.front().output, rows_before_rank(rows, n, me) * row, rows_of_rank(rows, n, me) * row,
                             dtype, spec.op, postscale, "SHM_PRELOADED_REDUCE_SCATTER");
   }
+  reducescatter_segments(entries, n, counts_);
   if (entries.size() == 1 && spec.prescale == 1.0) {
     // No staging: one tensor's rows are already laid out by receiving rank (two copies saved).
     TensorEntry& e = entries.front();
-    const size_t rows = spec.shape.empty() ? 1 : spec.shape[0], row = row_elements(spec.shape);
-    std::vector<size_t>& counts = counts_;
-    counts.resize(n);
-    for (int r = 0; r < n; ++r) counts[r] = rows_of_rank(rows, n, r) * row;
     const int64_t t = timeline_.activity_start();
     if (!ring_for(tunables_.reducescatter_algo, elements(spec.shape) * esize) &&
-        transport_.native_reduce_scatter(e.input, e.output, counts, dtype, spec.op)) {
-      scale_buffer(dtype, e.output, counts[me], postscale);
+        transport_.native_reduce_scatter(e.input, e.output, counts_, dtype, spec.op)) {
+      scale_buffer(dtype, e.output, counts_[me], postscale);
       return timeline_.activity(native("MPI_REDUCE_SCATTER", "SHM_REDUCE_SCATTER"), t);
     }
   }
-  // Segment r of the fused buffer holds, tensor after tensor, the rows rank r receives.
-  std::vector<size_t> segment(n, 0);
-  for (const auto& e : entries) {
-    const std::vector<size_t> rows = split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n);
-    for (int r = 0; r < n; ++r) segment[r] += rows[r] * row_elements(e.request.shape);
-  }
-  const RingLayout layout = RingLayout::from_counts(segment);
+  const RingLayout& layout = layout_;
+  layout_.assign(counts_);
   int64_t t = timeline_.activity_start();
   char* buf = fusion_.reserve(layout.total() * esize);
-  std::vector<size_t> cursor(layout.offset);
-  for (const auto& e : entries) {
-    const size_t row = row_elements(e.request.shape);
-    const std::vector<size_t> rows = split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n);
-    const char* in = static_cast<const char*>(e.input);
-    for (int r = 0; r < n; ++r) {
-      copy_scaled(dtype, buf + cursor[r] * esize, in, rows[r] * row, spec.prescale);
-      in += rows[r] * row * esize;
-      cursor[r] += rows[r] * row;
-    }
-  }
+  pack_segments(entries, n, layout.offset, buf, CopyScaled{dtype, spec.prescale}, cursor_);
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   // The ring leaves our segment in place; MPI's in-place reduce-scatter moves it to the front.
   size_t offset = 0;
@@ -228,12 +201,7 @@ void Executor::reducescatter(std::vector<TensorEntry>& entries, bool preloaded) 
     timeline_.activity(native("MPI_REDUCE_SCATTER", "SHM_REDUCE_SCATTER"), t);
   }
   t = timeline_.activity_start();
-  for (auto& e : entries) {
-    const size_t count = split_rows(e.request.shape.empty() ? 1 : e.request.shape[0], n)[me] *
-                         row_elements(e.request.shape);
-    copy_scaled(dtype, e.output, buf + offset * esize, count, postscale);
-    offset += count;
-  }
+  unpack_own_rows(entries, n, me, buf + offset * esize, CopyScaled{dtype, postscale});
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
@@ -241,25 +209,16 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   const DataType dtype = entries.front().request.dtype;
   const size_t esize = dtype_size(dtype);
   const int n = transport_.size(), me = transport_.rank();
-  // Rank r's block: its rows of every tensor in the group, tensor after tensor.
-  std::vector<size_t>& block = counts_;
-  block.assign(n, 0);
-  for (size_t k = 0; k < entries.size(); ++k) {
-    const size_t row = row_elements(entries[k].request.shape);
-    for (int r = 0; r < n; ++r) block[r] += static_cast<size_t>(group[k].per_rank[r]) * row;
-  }
+  allgather_blocks(group, entries, n, counts_);
   const RingLayout& layout = layout_;
-  layout_.assign(block);
+  layout_.assign(counts_);
   // One tensor gathers straight into its output; several go through the fusion buffer.
   const bool fused = entries.size() > 1;
   std::shared_ptr<char> located = located_output(group.front().preloaded);  // a preloaded tensor is alone
   const bool preloaded_inputs = group.front().preloaded && !located;
   for (size_t k = 0; k < entries.size(); ++k) {
     auto out = std::make_shared<AllocatedOutput>();
-    out->shape = entries[k].request.shape;
-    out->shape[0] = 0;
-    for (int r = 0; r < n; ++r) out->shape[0] += group[k].per_rank[r];
-    const size_t bytes = elements(out->shape) * esize;
+    const size_t bytes = gathered_output(entries[k].request, group[k].per_rank, n, *out);
     // Only where the peers write into it: one computed from preloaded inputs is this rank's alone.
     out->bytes.resize(bytes, located ? std::move(located) : fused || preloaded_inputs ? nullptr : shared_output_(bytes));
     entries[k].allocated = std::move(out);
@@ -276,12 +235,7 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   const char* mine = static_cast<const char*>(entries.front().input);
   int64_t t = timeline_.activity_start();
   if (fused) {
-    size_t cursor = layout.offset[me];
-    for (auto& e : entries) {
-      const size_t count = elements(e.request.shape);
-      copy_bytes(buf + cursor * esize, e.input, count * esize);
-      cursor += count;
-    }
+    pack(entries, buf + layout.offset[me] * esize, CopyBytes{esize});
     mine = buf + layout.offset[me] * esize;
     timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   }
@@ -295,10 +249,8 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
     ring_.allgather(transport_, layout, mine, buf, dtype);
     timeline_.activity("RING_ALLGATHER", t);
   } else {
-    std::vector<size_t>& bytes = send_bytes_;
-    bytes.resize(n);
-    for (int r = 0; r < n; ++r) bytes[r] = layout.count[r] * esize;
-    transport_.native_allgatherv(mine, buf, bytes);
+    to_bytes(layout.count, esize, send_bytes_);
+    transport_.native_allgatherv(mine, buf, send_bytes_);
     timeline_.activity(two_level ? "HIERARCHICAL_ALLGATHERV"
                                  : group.front().preloaded ? "SHM_PRELOCATED_ALLGATHERV"
                                                            : native("MPI_ALLGATHERV", "SHM_ALLGATHERV"),
@@ -306,16 +258,8 @@ void Executor::allgather(const std::vector<Response>& group, std::vector<TensorE
   }
   if (!fused) return;
   t = timeline_.activity_start();
-  std::vector<size_t> written(entries.size(), 0);
-  for (int r = 0; r < n; ++r) {
-    size_t cursor = layout.offset[r];
-    for (size_t k = 0; k < entries.size(); ++k) {
-      const size_t count = static_cast<size_t>(group[k].per_rank[r]) * row_elements(entries[k].request.shape);
-      copy_bytes(entries[k].allocated->bytes.data() + written[k] * esize, buf + cursor * esize, count * esize);
-      written[k] += count;
-      cursor += count;
-    }
-  }
+  unpack_blocks(group, entries, layout.offset, buf, [&](size_t k) { return entries[k].allocated->bytes.data(); },
+                CopyBytes{esize});
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
@@ -336,49 +280,24 @@ void Executor::broadcast(std::vector<TensorEntry>& entries, bool preloaded) {
     timeline_.activity(native("MPI_BCAST", "SHM_BCAST"), t);
     return;
   }
-  size_t total = 0;
-  for (const auto& e : entries) total += elements(e.request.shape) * esize;
+  const size_t total = total_elements(entries) * esize;
   int64_t t = timeline_.activity_start();
   char* buf = fusion_.reserve(total);
-  size_t offset = 0;
-  for (const auto& e : entries) {
-    const size_t bytes = elements(e.request.shape) * esize;
-    if (root) copy_bytes(buf + offset, e.input, bytes);
-    offset += bytes;
-  }
+  if (root) pack(entries, buf, CopyBytes{esize});
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   t = timeline_.activity_start();
   transport_.broadcast(buf, total, spec.root);
   timeline_.activity(native("MPI_BCAST", "SHM_BCAST"), t);
   t = timeline_.activity_start();
-  offset = 0;
-  for (auto& e : entries) {
-    const size_t bytes = elements(e.request.shape) * esize;
-    copy_bytes(e.output, buf + offset, bytes);
-    offset += bytes;
-  }
+  unpack(entries, buf, CopyBytes{esize});
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
 void Executor::alltoall(const Response& agreed, TensorEntry& e) {
   const int n = transport_.size(), me = transport_.rank();
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
-  std::vector<size_t>& send_bytes = send_bytes_;
-  std::vector<size_t>& recv_bytes = recv_bytes_;
-  send_bytes.resize(n);
-  recv_bytes.resize(n);
   auto out = std::make_shared<AllocatedOutput>();
-  out->shape = e.request.shape;
-  out->shape[0] = 0;
-  out->received_splits.resize(n);
-  for (int r = 0; r < n; ++r) {
-    const size_t rows_in = rows_received(agreed.per_rank, /*alltoall=*/true, n, me, r);
-    send_bytes[r] = static_cast<size_t>(e.request.splits[r]) * row_bytes;
-    recv_bytes[r] = rows_in * row_bytes;
-    out->received_splits[r] = static_cast<int64_t>(rows_in);
-    out->shape[0] += static_cast<int64_t>(rows_in);
-  }
-  const size_t bytes = static_cast<size_t>(out->shape[0]) * row_bytes;
+  const size_t bytes = alltoall_output(e.request, agreed.per_rank, n, me, send_bytes_, recv_bytes_, *out);
   std::shared_ptr<char> located = located_output(agreed.preloaded);
   const bool preloaded_inputs = agreed.preloaded && !located;
   out->bytes.resize(bytes, located ? std::move(located) : preloaded_inputs ? nullptr : shared_output_(bytes));
@@ -388,12 +307,12 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
     for (int r = 0; r < n; ++r) {
       size_t from = 0;
       for (int j = 0; j < me; ++j) from += static_cast<size_t>(agreed.per_rank[r * n + j]) * row_bytes;
-      shm_->read_preloaded(r, from, out->bytes.data() + at, recv_bytes[r]);
-      at += recv_bytes[r];
+      shm_->read_preloaded(r, from, out->bytes.data() + at, recv_bytes_[r]);
+      at += recv_bytes_[r];
     }
     timeline_.activity("SHM_PRELOADED_ALLTOALLV", t);
   } else {
-    transport_.alltoallv(e.input, send_bytes, out->bytes.data(), recv_bytes);
+    transport_.alltoallv(e.input, send_bytes_, out->bytes.data(), recv_bytes_);
     timeline_.activity(agreed.preloaded ? "SHM_PRELOCATED_ALLTOALLV" : native("MPI_ALLTOALLV", "SHM_ALLTOALLV"), t);
   }
   e.allocated = std::move(out);
@@ -401,16 +320,12 @@ void Executor::alltoall(const Response& agreed, TensorEntry& e) {
 
 void Executor::gather(const Response& agreed, TensorEntry& e) {
   const int n = transport_.size(), root = e.request.root;
-  const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
-  std::vector<size_t> bytes;
-  for (int r = 0; r < n; ++r) bytes.push_back(static_cast<size_t>(agreed.per_rank[r]) * row_bytes);
+  const std::vector<size_t>& bytes = send_bytes_;
+  gatherv_bytes(e.request, agreed.per_rank, n, send_bytes_);
   char* output = nullptr;
   if (transport_.rank() == root) {
     auto out = std::make_shared<AllocatedOutput>();
-    out->shape = e.request.shape;
-    out->shape[0] = 0;
-    for (int r = 0; r < n; ++r) out->shape[0] += agreed.per_rank[r];
-    const size_t total = static_cast<size_t>(out->shape[0]) * row_bytes;
+    const size_t total = gathered_output(e.request, agreed.per_rank, n, *out);
     // Where the senders write into it; filled from preloaded inputs, it is this rank's alone.
     out->bytes.resize(total, agreed.preloaded ? nullptr : shared_output_(total));
     output = out->bytes.data();
@@ -434,18 +349,17 @@ void Executor::gather(const Response& agreed, TensorEntry& e) {
 
 void Executor::scatter(TensorEntry& e, bool preloaded) {
   const int n = transport_.size(), me = transport_.rank();
-  const std::vector<size_t> rows = split_rows(e.request.shape[0], n);
-  if (!e.output) allocate_missing_output(e, rows[me], !preloaded);  // where the root may write into it
+  const size_t rows = first_dim(e.request.shape);
+  if (!e.output) allocate_missing_output(e, rows_of_rank(rows, n, me), !preloaded);  // where the root may write into it
   const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   const int64_t t = timeline_.activity_start();
   if (preloaded) {  // this rank's rows, straight from the root's input
-    const size_t at = rows_before_rank(e.request.shape[0], n, me) * row_bytes;
-    shm_->read_preloaded(e.request.root, at, e.output, rows[me] * row_bytes);
+    shm_->read_preloaded(e.request.root, rows_before_rank(rows, n, me) * row_bytes, e.output,
+                         rows_of_rank(rows, n, me) * row_bytes);
     return timeline_.activity("SHM_PRELOADED_SCATTERV", t);
   }
-  std::vector<size_t> bytes;
-  for (size_t r : rows) bytes.push_back(r * row_bytes);
-  transport_.scatterv(e.input, bytes, e.output, e.request.root);
+  scatterv_bytes(e.request, n, send_bytes_);
+  transport_.scatterv(e.input, send_bytes_, e.output, e.request.root);
   timeline_.activity(native("MPI_SCATTERV", "SHM_SCATTERV"), t);
 }
 

@@ -66,7 +66,7 @@ class Executor {
   OutputAllocator shared_output_;
   FusionBuffer fusion_;
   // Per-rank scratch, kept from call to call so a small collective allocates nothing for it.
-  std::vector<size_t> counts_, send_bytes_, recv_bytes_;
+  std::vector<size_t> counts_, send_bytes_, recv_bytes_, cursor_;
   RingLayout layout_;
 };
 

@@ -35,11 +35,4 @@ inline size_t rows_received(const std::vector<int64_t>& per_rank, bool alltoall,
   return static_cast<size_t>(alltoall ? per_rank[static_cast<size_t>(r) * n + me] : per_rank[r]);
 }
 
-// rows_of_rank() of every rank.
-inline std::vector<size_t> split_rows(size_t rows, int n) {
-  std::vector<size_t> out(n);
-  for (int r = 0; r < n; ++r) out[r] = rows_of_rank(rows, n, r);
-  return out;
-}
-
 }  // namespace horo

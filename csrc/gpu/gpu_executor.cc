@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <set>
 
+#include "collectives/ring.h"
 #include "common/error.h"
-#include "engine/row_layout.h"
+#include "engine/collective_shapes.h"
 #include "gpu/collective_outcome.h"
 #include "gpu/cuda_loader.h"
 #include "gpu/nccl_loader.h"
@@ -15,15 +16,13 @@ namespace horo {
 
 namespace {
 
-size_t first_dim(const std::vector<int64_t>& shape) { return shape.empty() ? 1 : static_cast<size_t>(shape[0]); }
-
 // Bytes the collective writes to a caller-provided output on this rank.
 size_t output_bytes(const Request& q, int size, int rank) {
   const size_t esize = dtype_size(q.dtype);
   switch (q.type) {
     case CollectiveType::kReducescatter:
     case CollectiveType::kScatter:
-      return split_rows(first_dim(q.shape), size)[rank] * row_elements(q.shape) * esize;
+      return rank_elements(q.shape, size, rank) * esize;
     default:
       return elements(q.shape) * esize;
   }
@@ -205,11 +204,8 @@ void GpuExecutor::copy(void* dst, const void* src, size_t bytes) {
   cuda::check(cuda::api().cudaMemcpyAsync(dst, src, bytes, cuda::kMemcpyDefault, stream_), "cudaMemcpyAsync");
 }
 
-std::shared_ptr<AllocatedOutput> GpuExecutor::device_output(std::vector<int64_t> shape, size_t bytes) {
-  auto out = std::make_shared<AllocatedOutput>();
-  out->shape = std::move(shape);
-  out->device_bytes = std::make_shared<DeviceMemory>(device_, stream_, bytes);
-  return out;
+std::shared_ptr<DeviceMemory> GpuExecutor::device_memory(size_t bytes) {
+  return std::make_shared<DeviceMemory>(device_, stream_, bytes);
 }
 
 void GpuExecutor::allreduce(std::vector<TensorEntry>& entries) {
@@ -223,27 +219,16 @@ void GpuExecutor::allreduce(std::vector<TensorEntry>& entries) {
     timeline_.activity("NCCL_ALLREDUCE", t);
     return;
   }
-  size_t total = 0;
-  for (const auto& e : entries) total += elements(e.request.shape);
+  const size_t total = total_elements(entries);
   int64_t t = timeline_.activity_start();
   char* buf = fusion_.reserve(total * esize, device_, stream_);
-  size_t offset = 0;
-  for (const auto& e : entries) {
-    const size_t bytes = elements(e.request.shape) * esize;
-    copy(buf + offset, e.input, bytes);
-    offset += bytes;
-  }
+  pack(entries, buf, copier(esize));
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   t = timeline_.activity_start();
   nccl_->allreduce_scaled(buf, buf, total, spec.dtype, spec.op, scale);
   timeline_.activity("NCCL_ALLREDUCE", t);
   t = timeline_.activity_start();
-  offset = 0;
-  for (auto& e : entries) {
-    const size_t bytes = elements(e.request.shape) * esize;
-    copy(e.output, buf + offset, bytes);
-    offset += bytes;
-  }
+  unpack(entries, buf, copier(esize));
   timeline_.activity("MEMCPY_OUT_FUSION_BUFFER", t);
 }
 
@@ -260,67 +245,38 @@ void GpuExecutor::broadcast(std::vector<TensorEntry>& entries) {
     timeline_.activity("NCCL_BCAST", t);
     return;
   }
-  size_t total = 0;
-  for (const auto& e : entries) total += elements(e.request.shape) * esize;
+  const size_t total = total_elements(entries) * esize;
   char* buf = fusion_.reserve(total, device_, stream_);
-  size_t offset = 0;
-  for (const auto& e : entries) {
-    const size_t bytes = elements(e.request.shape) * esize;
-    if (root) copy(buf + offset, e.input, bytes);
-    offset += bytes;
-  }
+  if (root) pack(entries, buf, copier(esize));
   int64_t t = timeline_.activity_start();
   nccl_->broadcast(buf, total, spec.root);
   timeline_.activity("NCCL_BCAST", t);
-  offset = 0;
-  for (auto& e : entries) {
-    const size_t bytes = elements(e.request.shape) * esize;
-    copy(e.output, buf + offset, bytes);
-    offset += bytes;
-  }
+  unpack(entries, buf, copier(esize));
 }
 
 void GpuExecutor::allgather(const std::vector<Response>& group, std::vector<TensorEntry>& entries) {
   const size_t esize = dtype_size(entries.front().request.dtype);
   const int n = control_.size(), me = control_.rank();
-  // Rank r's block: its rows of every tensor in the group, tensor after tensor (as on the CPU).
-  std::vector<size_t> block(n, 0), at(n, 0);
+  std::vector<size_t> block, block_bytes;
+  allgather_blocks(group, entries, n, block);
+  const RingLayout layout = RingLayout::from_counts(block);
+  to_bytes(layout.count, esize, block_bytes);
   for (size_t k = 0; k < entries.size(); ++k) {
-    const size_t row = row_elements(entries[k].request.shape);
-    for (int r = 0; r < n; ++r) block[r] += static_cast<size_t>(group[k].per_rank[r]) * row * esize;
-  }
-  for (int r = 1; r < n; ++r) at[r] = at[r - 1] + block[r - 1];
-  const size_t total = at[n - 1] + block[n - 1];
-  for (size_t k = 0; k < entries.size(); ++k) {
-    std::vector<int64_t> shape = entries[k].request.shape;
-    shape[0] = 0;
-    for (int r = 0; r < n; ++r) shape[0] += group[k].per_rank[r];
-    entries[k].allocated = device_output(shape, elements(shape) * esize);
+    auto out = std::make_shared<AllocatedOutput>();
+    out->device_bytes = device_memory(gathered_output(entries[k].request, group[k].per_rank, n, *out));
+    entries[k].allocated = std::move(out);
   }
   const int64_t t = timeline_.activity_start();
   if (entries.size() == 1 && entries.front().device == device_) {
-    nccl_->native_allgatherv(entries.front().input, entries.front().allocated->device_bytes->data(), block);
+    nccl_->native_allgatherv(entries.front().input, entries.front().allocated->device_bytes->data(), block_bytes);
     timeline_.activity("NCCL_ALLGATHER", t);
     return;
   }
-  char* buf = fusion_.reserve(total, device_, stream_);
-  size_t cursor = at[me];
-  for (auto& e : entries) {
-    const size_t bytes = elements(e.request.shape) * esize;
-    copy(buf + cursor, e.input, bytes);
-    cursor += bytes;
-  }
-  nccl_->native_allgatherv(buf + at[me], buf, block);
-  std::vector<size_t> written(entries.size(), 0);
-  for (int r = 0; r < n; ++r) {
-    cursor = at[r];
-    for (size_t k = 0; k < entries.size(); ++k) {
-      const size_t bytes = static_cast<size_t>(group[k].per_rank[r]) * row_elements(entries[k].request.shape) * esize;
-      copy(entries[k].allocated->device_bytes->data() + written[k], buf + cursor, bytes);
-      written[k] += bytes;
-      cursor += bytes;
-    }
-  }
+  char* buf = fusion_.reserve(layout.total() * esize, device_, stream_);
+  pack(entries, buf + layout.offset[me] * esize, copier(esize));
+  nccl_->native_allgatherv(buf + layout.offset[me] * esize, buf, block_bytes);
+  unpack_blocks(group, entries, layout.offset, buf,
+                [&](size_t k) { return entries[k].allocated->device_bytes->data(); }, copier(esize));
   timeline_.activity("NCCL_ALLGATHER", t);
 }
 
@@ -328,54 +284,27 @@ void GpuExecutor::reducescatter(std::vector<TensorEntry>& entries) {
   const Request& spec = entries.front().request;
   const size_t esize = dtype_size(spec.dtype);
   const int n = control_.size(), me = control_.rank();
-  std::vector<size_t> segment(n, 0), cursor(n, 0);
-  for (const auto& e : entries) {
-    const std::vector<size_t> rows = split_rows(first_dim(e.request.shape), n);
-    for (int r = 0; r < n; ++r) segment[r] += rows[r] * row_elements(e.request.shape);
-  }
-  for (int r = 1; r < n; ++r) cursor[r] = cursor[r - 1] + segment[r - 1];
-  const size_t total = cursor[n - 1] + segment[n - 1];
+  std::vector<size_t> segment, cursor;
+  reducescatter_segments(entries, n, segment);
+  const RingLayout layout = RingLayout::from_counts(segment);
   int64_t t = timeline_.activity_start();
-  char* buf = fusion_.reserve(total * esize, device_, stream_);
-  for (const auto& e : entries) {
-    const size_t row = row_elements(e.request.shape);
-    const std::vector<size_t> rows = split_rows(first_dim(e.request.shape), n);
-    const char* in = static_cast<const char*>(e.input);
-    for (int r = 0; r < n; ++r) {
-      copy(buf + cursor[r] * esize, in, rows[r] * row * esize);
-      in += rows[r] * row * esize;
-      cursor[r] += rows[r] * row;
-    }
-  }
+  char* buf = fusion_.reserve(layout.total() * esize, device_, stream_);
+  pack_segments(entries, n, layout.offset, buf, copier(esize), cursor);
   timeline_.activity("MEMCPY_IN_FUSION_BUFFER", t);
   // NCCL's reduce-scatter may not write over its own input: this rank's share lands in scratch.
   char* mine = scratch_.reserve(segment[me] * esize, device_, stream_);
   t = timeline_.activity_start();
   nccl_->reduce_scatter_scaled(buf, mine, segment, spec.dtype, spec.op, spec.prescale * spec.postscale);
   timeline_.activity("NCCL_REDUCESCATTER", t);
-  size_t offset = 0;
-  for (auto& e : entries) {
-    const size_t bytes = split_rows(first_dim(e.request.shape), n)[me] * row_elements(e.request.shape) * esize;
-    copy(e.output, mine + offset, bytes);
-    offset += bytes;
-  }
+  unpack_own_rows(entries, n, me, mine, copier(esize));
 }
 
 void GpuExecutor::alltoall(const Response& agreed, TensorEntry& e) {
   const int n = control_.size(), me = control_.rank();
-  const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   std::vector<size_t> send_bytes, recv_bytes;
-  std::vector<int64_t> shape = e.request.shape, received;
-  shape[0] = 0;
-  for (int r = 0; r < n; ++r) {
-    const int64_t rows_in = agreed.per_rank[r * n + me];
-    send_bytes.push_back(static_cast<size_t>(e.request.splits[r]) * row_bytes);
-    recv_bytes.push_back(static_cast<size_t>(rows_in) * row_bytes);
-    received.push_back(rows_in);
-    shape[0] += rows_in;
-  }
-  e.allocated = device_output(shape, static_cast<size_t>(shape[0]) * row_bytes);
-  e.allocated->received_splits = std::move(received);
+  auto out = std::make_shared<AllocatedOutput>();
+  out->device_bytes = device_memory(alltoall_output(e.request, agreed.per_rank, n, me, send_bytes, recv_bytes, *out));
+  e.allocated = std::move(out);
   const int64_t t = timeline_.activity_start();
   nccl_->alltoallv(e.input, send_bytes, e.allocated->device_bytes->data(), recv_bytes);
   timeline_.activity("NCCL_ALLTOALLV", t);
@@ -383,16 +312,14 @@ void GpuExecutor::alltoall(const Response& agreed, TensorEntry& e) {
 
 void GpuExecutor::gather(const Response& agreed, TensorEntry& e) {
   const int n = control_.size();
-  const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   std::vector<size_t> bytes;
-  for (int r = 0; r < n; ++r) bytes.push_back(static_cast<size_t>(agreed.per_rank[r]) * row_bytes);
+  gatherv_bytes(e.request, agreed.per_rank, n, bytes);
   char* output = nullptr;
   if (control_.rank() == e.request.root) {
-    std::vector<int64_t> shape = e.request.shape;
-    shape[0] = 0;
-    for (int r = 0; r < n; ++r) shape[0] += agreed.per_rank[r];
-    e.allocated = device_output(shape, static_cast<size_t>(shape[0]) * row_bytes);
-    output = e.allocated->device_bytes->data();
+    auto out = std::make_shared<AllocatedOutput>();
+    out->device_bytes = device_memory(gathered_output(e.request, agreed.per_rank, n, *out));
+    output = out->device_bytes->data();
+    e.allocated = std::move(out);
   }
   const int64_t t = timeline_.activity_start();
   nccl_->gatherv(e.input, output, bytes, e.request.root);
@@ -400,10 +327,8 @@ void GpuExecutor::gather(const Response& agreed, TensorEntry& e) {
 }
 
 void GpuExecutor::scatter(TensorEntry& e) {
-  const std::vector<size_t> rows = split_rows(first_dim(e.request.shape), control_.size());
-  const size_t row_bytes = row_elements(e.request.shape) * dtype_size(e.request.dtype);
   std::vector<size_t> bytes;
-  for (size_t r : rows) bytes.push_back(r * row_bytes);
+  scatterv_bytes(e.request, control_.size(), bytes);
   const int64_t t = timeline_.activity_start();
   nccl_->scatterv(e.input, bytes, e.output, e.request.root);
   timeline_.activity("NCCL_SCATTERV", t);
@@ -465,7 +390,7 @@ void GpuExecutor::staged(const std::vector<Response>& group, std::vector<TensorE
       out->shape = from.shape;
       out->received_splits = from.received_splits;
       out->value = from.value;
-      out->device_bytes = std::make_shared<DeviceMemory>(device_, stream_, from.bytes.size());
+      out->device_bytes = device_memory(from.bytes.size());
       copy(out->device_bytes->data(), from.bytes.data(), from.bytes.size());
       e.allocated = std::move(out);
     }
@@ -482,19 +407,13 @@ void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, std::vector
   // A fused group is packed into the device fusion buffer first (copies on the stream, no host
   // round trip) and pipelined as one tensor: the group shares dtype, op and scales.
   const size_t esize = dtype_size(entries.front().request.dtype);
-  size_t total = 0;
-  for (const auto& e : entries) total += elements(e.request.shape);
+  const size_t total = total_elements(entries);
   const int64_t t = timeline_.activity_start();
   const char* input = static_cast<const char*>(entries.front().input);
   char* output = static_cast<char*>(entries.front().output);
   if (entries.size() > 1) {
     char* packed = fusion_.reserve(total * esize, device_, stream_);
-    size_t offset = 0;
-    for (const auto& e : entries) {
-      const size_t bytes = elements(e.request.shape) * esize;
-      copy(packed + offset, e.input, bytes);
-      offset += bytes;
-    }
+    pack(entries, packed, copier(esize));
     input = output = packed;
   }
   const size_t chunk = std::max<size_t>(1, kStagingChunkBytes / esize);
@@ -520,14 +439,7 @@ void GpuExecutor::staged_allreduce_pipelined(const Response& agreed, std::vector
     host_.run(one, host);
     copy(output + k * chunk * esize, host.front().output, count * esize);
   }
-  if (entries.size() > 1) {
-    size_t offset = 0;
-    for (auto& e : entries) {
-      const size_t bytes = elements(e.request.shape) * esize;
-      copy(e.output, output + offset, bytes);
-      offset += bytes;
-    }
-  }
+  if (entries.size() > 1) unpack(entries, output, copier(esize));
   cuda::check(cuda::api().cudaStreamSynchronize(stream_), "cudaStreamSynchronize (staging to device)");
   timeline_.activity("STAGED_PIPELINE", t);
 }

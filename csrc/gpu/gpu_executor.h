@@ -59,7 +59,11 @@ class GpuExecutor {
   bool on_this_device(const std::vector<Response>& group, TensorEntry& entry);
   // Device-to-device (or host stand-in) copy queued on horo's stream.
   void copy(void* dst, const void* src, size_t bytes);
-  std::shared_ptr<AllocatedOutput> device_output(std::vector<int64_t> shape, size_t bytes);
+  // The same for collective_shapes.h, which counts `esize`-byte elements.
+  auto copier(size_t esize) {
+    return [this, esize](char* to, const char* from, size_t count) { copy(to, from, count * esize); };
+  }
+  std::shared_ptr<DeviceMemory> device_memory(size_t bytes);
   // Records the done event after everything queued for `entries` and hands it to each.
   void finish(std::vector<TensorEntry>& entries);
 

@@ -1,6 +1,7 @@
 // The shared-memory policy's decisions as a table: (ranks on the host, cores, settings) ->
-// the thresholds each path starts at, and (collective, bytes, pair in pieces) -> whether a
-// cached collective rides the control step. A change of policy must change this table.
+// the thresholds each path starts at and whether preloads come in pieces, and (collective,
+// bytes, pair in pieces) -> whether a cached collective rides the control step. A change of
+// policy must change this table.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -20,16 +21,19 @@ struct Row {
   int ranks;
   unsigned cores;
   uint64_t broadcast, exchange, reduce, rooted_reduce, push, rooted_share;
+  bool preloads_in_pieces;
 };
 
 TEST(ShmPolicy, ThresholdsByRanksAndCores) {
   const Row rows[] = {
-      // ranks, cores: broadcast read, exchange read, reduce read, rooted reduce read, push, rooted share
-      {2, 2, 16 * KiB, 1 * MiB, 512 * KiB, 512 * KiB, 0, 512 * KiB},
-      {4, 4, 64 * KiB, 1 * MiB, 512 * KiB, 512 * KiB, 0, 512 * KiB},
-      {8, 16, 64 * KiB, 1 * MiB, 1 * MiB, 1 * MiB, 0, 512 * KiB},
-      {16, 16, 64 * KiB, 1 * MiB, 2 * MiB, 2 * MiB, 0, 512 * KiB},
-      {4, 2, 16 * MiB, 4 * MiB, 1 * MiB, 16 * MiB, 1 * MiB, 1 * MiB},  // oversubscribed
+      // ranks, cores: broadcast read, exchange read, reduce read, rooted reduce read, push, rooted share,
+      // preloads in pieces
+      {2, 2, 16 * KiB, 1 * MiB, 512 * KiB, 512 * KiB, 0, 512 * KiB, true},
+      {4, 4, 64 * KiB, 1 * MiB, 512 * KiB, 512 * KiB, 0, 512 * KiB, true},
+      {8, 16, 64 * KiB, 1 * MiB, 1 * MiB, 1 * MiB, 0, 512 * KiB, true},
+      {16, 16, 64 * KiB, 1 * MiB, 2 * MiB, 2 * MiB, 0, 512 * KiB, true},
+      {4, 2, 16 * MiB, 4 * MiB, 1 * MiB, 16 * MiB, 1 * MiB, 1 * MiB, false},  // oversubscribed
+      {3, 2, 16 * MiB, 4 * MiB, 1 * MiB, 16 * MiB, 1 * MiB, 1 * MiB, false},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE("ranks " + std::to_string(r.ranks) + ", cores " + std::to_string(r.cores));
@@ -40,6 +44,7 @@ TEST(ShmPolicy, ThresholdsByRanksAndCores) {
     EXPECT_EQ(th.rooted_reduce_single_copy_bytes, r.rooted_reduce);
     EXPECT_EQ(th.allreduce_push_bytes, r.push);
     EXPECT_EQ(th.rooted_share_bytes, r.rooted_share);
+    EXPECT_EQ(preloads_in_pieces(static_cast<unsigned>(r.ranks) > r.cores), r.preloads_in_pieces);
     EXPECT_EQ(th.single_copy_bytes, 16 * MiB);
     EXPECT_EQ(th.reducescatter_single_copy_bytes, 4 * MiB);
     EXPECT_EQ(th.stream_bytes, ShmThresholds::kProbe);

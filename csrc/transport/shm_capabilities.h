@@ -50,10 +50,10 @@ class ShmCapabilities {
   virtual void preload(const void* input, size_t bytes, bool rooted) = 0;
   virtual const char* preloaded(int rank) = 0;
   // A rank may still be copying its input in, kPreloadPieceBytes at a time, after the control
-  // step: readers wait for the pieces they read (await_preloaded: until `rank`'s first `bytes`
-  // are there) or read through read_preloaded (bytes [at, at + bytes) into `out`).
+  // step (where the policy says so, shm/policy.h): readers wait for the pieces they read
+  // (await_preloaded: until `rank`'s first `bytes` are there) or read through read_preloaded
+  // (bytes [at, at + bytes) into `out`).
   static constexpr size_t kPreloadPieceBytes = 8 << 10;
-  virtual bool preloads_in_pieces() const = 0;
   virtual void await_preloaded(int rank, size_t bytes) = 0;
   void read_preloaded(int rank, size_t at, void* out, size_t bytes) {
     char* to = static_cast<char*>(out);

@@ -46,7 +46,7 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
 
 int64_t ShmTransport::preload_bytes(const Request& q, int root_set_rank) const {
   return horo::preload_bytes(ctx_.thresholds(), inner_->settings().tunables, q, rank(), root_set_rank,
-                             size() == 2 && preloads_in_pieces());
+                             size() == 2 && control_.preloads_in_pieces());
 }
 
 bool ShmTransport::moves_rooted_directly(CollectiveType type, size_t bytes) const {

@@ -82,7 +82,6 @@ class ShmTransport : public Transport, public ShmCapabilities {
     return control_.preload_output(bytes, recv_at);
   }
   std::shared_ptr<char> take_preloaded_output() override { return control_.take_preloaded_output(); }
-  bool preloads_in_pieces() const override { return control_.preloads_in_pieces(); }
   void await_preloaded(int rank, size_t bytes) override { control_.await_preloaded(rank, bytes); }
   bool moves_rooted_directly(CollectiveType type, size_t bytes) const override;
   void allreduce_bitand(std::vector<uint64_t>& words) override { control_.allreduce_bitand(words); }

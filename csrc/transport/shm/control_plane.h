@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "transport/shm/context.h"
+#include "transport/shm/policy.h"
 
 namespace horo {
 
@@ -25,8 +26,7 @@ class ControlPlane {
   void preload(const void* input, size_t bytes, bool rooted);
   // Cycles alternate between a rank's two areas, as rounds do between halves.
   const char* preloaded(int rank) { return ctx_.segment().preload_area(rank, preloads_ & 1); }
-  // Where ranks outnumber cores, readers waiting on pieces would take the core the writer copies on.
-  bool preloads_in_pieces() const { return !ctx_.spin_yields(); }
+  bool preloads_in_pieces() const { return horo::preloads_in_pieces(ctx_.spin_yields()); }
   void await_preloaded(int rank, size_t bytes);
   bool preload_output(size_t bytes, const std::vector<size_t>& recv_at);
   std::shared_ptr<char> take_preloaded_output();

@@ -62,6 +62,11 @@ ShmThresholds choose_shm_thresholds(const Tunables& t, int ranks_on_host, unsign
   return th;
 }
 
+bool preloads_in_pieces(bool oversubscribed) {
+  // Where ranks outnumber cores, readers waiting on pieces would take the core the writer copies on.
+  return !oversubscribed;
+}
+
 int64_t preload_bytes(const ShmThresholds& th, const Tunables& t, const Request& q, int set_rank, int root_set_rank,
                       bool pairs_in_pieces) {
   if (q.memory != Memory::kHost) return -1;

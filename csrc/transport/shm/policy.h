@@ -132,9 +132,14 @@ bool shares_rooted_move(const ShmThresholds& thresholds, size_t bytes, int ranks
 // do, for `ranks` ranks on `cores` cores (0: as the slot copies do).
 size_t push_stream_bytes(const ShmThresholds& thresholds, int ranks, unsigned cores);
 
+// Whether a preload larger than a piece is copied in a piece at a time after the control step
+// (ControlPlane::preload); `oversubscribed`: ranks outnumber cores, so spinning yields
+// (ShmContext::spin_yields).
+bool preloads_in_pieces(bool oversubscribed);
+
 // Bytes of this rank's input that `q`'s collective reads from its peers' preloaded inputs, or
 // -1 where it cannot run from them (it runs as negotiated). `pairs_in_pieces`: a set of 2 ranks
-// whose transport preloads in pieces (ShmCapabilities::preloads_in_pieces).
+// that preloads in pieces (preloads_in_pieces).
 int64_t preload_bytes(const ShmThresholds& thresholds, const Tunables& tunables, const Request& q, int set_rank,
                       int root_set_rank, bool pairs_in_pieces);
 
