@@ -36,6 +36,10 @@ CLUSTER = REPO_ROOT / "scripts" / "cluster.sh"
 NAME = "horoeb"
 STEP = re.compile(r"^step (\d+) t=([\d.]+) size=(\d+)")
 WORKER = re.compile(r"worker pid (\d+) on (\S+)")
+# gloo connects a pair when it is first used, not every pair in init_process_group: restarted workers
+# that start seconds apart (each agent restarts its own) then do not give up connecting to each other
+# (gloo's eager connect retries a refused connection three times).
+TORCHRUN_ENV = {"TORCH_GLOO_LAZY_INIT": "1"}
 
 
 def worker(mode, checkpoint):
@@ -174,7 +178,7 @@ def measure(mode, env, workdir, last_call, max_restarts, single_host=False, keep
                        "--rdzv-endpoint=127.0.0.1:29400", "--rdzv-id=horo-bench", "--monitor-interval=0.5",
                        f"--rdzv-conf=last_call_timeout={last_call},{keep_alive},is_host={str(host == 'h1').lower()}",
                        str(Path(__file__).resolve()), "--worker", "torchrun", checkpoint],
-                      {**env, "HORO_BENCH_NODE": host, "GLOO_SOCKET_IFNAME": "lo"})
+                      {**env, **TORCHRUN_ENV, "HORO_BENCH_NODE": host, "GLOO_SOCKET_IFNAME": "lo"})
             agents.append(job.procs[-1].pid)
     else:
         h1 = env["OMPI_MCA_oob_tcp_if_include"].split("/")[0].rsplit(".", 1)[0] + ".1"
@@ -184,7 +188,7 @@ def measure(mode, env, workdir, last_call, max_restarts, single_host=False, keep
                        f"--rdzv-endpoint={h1}:29400", "--rdzv-id=horo-bench", "--monitor-interval=0.5",
                        f"--rdzv-conf=last_call_timeout={last_call},{keep_alive},is_host={str(host == 'h1').lower()}",
                        str(Path(__file__).resolve()), "--worker", "torchrun", checkpoint,
-                       "--name", NAME], {**env, "GLOO_SOCKET_IFNAME": "eth0"})
+                       "--name", NAME], {**env, **TORCHRUN_ENV, "GLOO_SOCKET_IFNAME": "eth0"})
             agents.append(job.procs[-1].pid)
     try:
         job.wait_for(lambda text: any(s >= 30 for s, _, _ in steps_after(text, 0)), timeout=600)
