@@ -14,7 +14,11 @@ The same training (an MLP of 5M parameters, batch 32 per rank, SGD with momentum
 Once step 30 is reached, every process of the job on h3 is SIGKILLed (for torchrun its agent too:
 the host is gone). Recovery time: from the kill to the first step completed after it (wall clocks
 of one machine). torchrun's rendezvous waits `last_call_timeout` for more nodes once it has the
-minimum (30 s by default); --last-call sets it. Needs root (namespaces); run it alone.
+minimum (30 s by default); --last-call sets it. torchrun is given its fastest settings here: a dead
+agent leaves the rendezvous after 3 missed heartbeats of --keep-alive s (torch's default 5 s), and
+gloo connects lazily (TORCH_GLOO_LAZY_INIT=1; with gloo's eager full-mesh connect, restarted workers
+that start seconds apart refuse each other until the restarts run out). Needs root (namespaces);
+run it alone.
 
 --single-host: no namespaces; 2 "hosts" x 2 ranks on this machine (horo: localhost and 127.0.0.1,
 which Open MPI both runs here; torchrun: two agents, --nnodes=1:2, rendezvous on 127.0.0.1), and
