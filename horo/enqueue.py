@@ -22,7 +22,7 @@ def tensor_name(name, collective, process_set=None, waits=False):
     # process set shares; one counter per set, since only members call it.
     # `waits`: a blocking single-tensor call, done before its caller can start another: an
     # unnamed one takes its collective's one name, so a loop of them hits the response cache
-    # rather than negotiating a new name each time (np=2, 4 KiB allreduce in a loop: 10.5 -> 5.8 us).
+    # rather than negotiating a new name each time (MEASUREMENTS.md, "Small blocking calls").
     if name is not None:
         if not isinstance(name, str):
             raise TypeError(f"{collective}: name must be a str, got {type(name).__name__} ({name!r})")

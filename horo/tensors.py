@@ -51,8 +51,8 @@ def _core_output(nbytes, dtype, shape):
 def empty(shape, dtype, like):
     """An uninitialised output of `shape` and `dtype` in the same memory as `like` (host or GPU).
     On the host, from 64 KiB up it comes from the core: its shared-memory heap, where the
-    host's peers write their results straight into it (allreduce np=2, 128-512 KiB: 0.86-0.92
-    of the time of a NumPy-made output), else its buffer pool, whose recycled buffers are
+    host's peers write their results straight into it (MEASUREMENTS.md, "The heaps: writing into
+    the peers' outputs"), else its buffer pool, whose recycled buffers are
     already mapped where a fresh one takes a page fault per 4 KiB on first touch."""
     if isinstance(like, cuda_arrays.CudaBuffer):
         return cuda_arrays.empty(shape, dtype, like)
