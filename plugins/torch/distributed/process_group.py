@@ -19,9 +19,8 @@ import torch.distributed as dist
 
 import horo.torch as hvd
 from horo.enqueue import enqueue as enqueue_array
-from horo.enqueue import refusing
+from horo.enqueue import plain_call, refusing
 from horo.handles import blocking
-from horo.enqueue import plain_call
 from horo.process_sets import global_process_set
 from horo.torch.enqueue import enqueue
 from horo.torch.tensors import checked, from_core
