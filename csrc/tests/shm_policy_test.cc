@@ -83,7 +83,8 @@ Request request(CollectiveType type, int64_t bytes, DataType dtype = DataType::k
 struct PreloadRow {
   CollectiveType type;
   int64_t bytes;
-  bool pairs_in_pieces;
+  int ranks;
+  bool oversubscribed;  // a pair in pieces: 2 ranks, not oversubscribed
   int set_rank, root;
   int64_t expected;  // -1: runs as negotiated
 };
@@ -92,34 +93,37 @@ TEST(ShmPolicy, WhichCachedCollectivesRideTheControlStep) {
   const Tunables t = defaults();
   const ShmThresholds th = choose_shm_thresholds(t, 2, 2);
   const PreloadRow rows[] = {
-      {CollectiveType::kAllreduce, 16 * KiB, false, 0, 0, 16 * KiB},
-      {CollectiveType::kAllreduce, 32 * KiB, true, 0, 0, -1},  // above the one-step size
-      {CollectiveType::kReduce, 32 * KiB, true, 1, 0, 32 * KiB},  // the root reduces pieces as they come
-      {CollectiveType::kReduce, 32 * KiB, false, 1, 0, -1},
-      {CollectiveType::kReduce, 128 * KiB, true, 1, 0, -1},
-      {CollectiveType::kAllgather, 2 * KiB, true, 0, 0, 2 * KiB},  // a pair: up to 4 KiB of output
-      {CollectiveType::kAllgather, 4 * KiB, true, 0, 0, -1},
-      {CollectiveType::kAllgather, 8 * KiB, false, 0, 0, 8 * KiB},
-      {CollectiveType::kAlltoall, 4 * KiB, true, 0, 0, 4 * KiB},
-      {CollectiveType::kAlltoall, 8 * KiB, true, 0, 0, -1},
-      {CollectiveType::kGather, 8 * KiB, true, 0, 0, 0},  // the root sends nothing
-      {CollectiveType::kGather, 48 * KiB, true, 1, 0, 48 * KiB},
-      {CollectiveType::kBroadcast, 1 * MiB, false, 0, 0, 1 * MiB},  // only the root's input
-      {CollectiveType::kBroadcast, 1 * MiB, false, 1, 0, 0},
-      {CollectiveType::kReducescatter, 1 * MiB, false, 0, 0, 1 * MiB},
-      {CollectiveType::kBarrier, 0, false, 0, 0, -1},
+      {CollectiveType::kAllreduce, 16 * KiB, 2, true, 0, 0, 16 * KiB},
+      {CollectiveType::kAllreduce, 32 * KiB, 2, false, 0, 0, -1},  // above the one-step size
+      {CollectiveType::kReduce, 32 * KiB, 2, false, 1, 0, 32 * KiB},  // the root reduces pieces as they come
+      {CollectiveType::kReduce, 32 * KiB, 2, true, 1, 0, -1},
+      {CollectiveType::kReduce, 128 * KiB, 2, false, 1, 0, -1},
+      {CollectiveType::kAllgather, 2 * KiB, 2, false, 0, 0, 2 * KiB},  // a pair: up to 4 KiB of output
+      {CollectiveType::kAllgather, 4 * KiB, 2, false, 0, 0, -1},
+      {CollectiveType::kAllgather, 8 * KiB, 2, true, 0, 0, 8 * KiB},
+      {CollectiveType::kAlltoall, 4 * KiB, 2, false, 0, 0, 4 * KiB},
+      {CollectiveType::kAlltoall, 8 * KiB, 2, false, 0, 0, -1},
+      {CollectiveType::kGather, 8 * KiB, 2, false, 0, 0, 0},  // the root sends nothing
+      {CollectiveType::kGather, 48 * KiB, 2, false, 1, 0, 48 * KiB},
+      {CollectiveType::kBroadcast, 1 * MiB, 2, true, 0, 0, 1 * MiB},  // only the root's input
+      {CollectiveType::kBroadcast, 1 * MiB, 2, true, 1, 0, 0},
+      {CollectiveType::kReducescatter, 1 * MiB, 2, true, 0, 0, 1 * MiB},
+      {CollectiveType::kBarrier, 0, 2, true, 0, 0, -1},
+      {CollectiveType::kAllgather, 8 * KiB, 3, false, 0, 0, 8 * KiB},  // not a pair: not in pieces
+      {CollectiveType::kReduce, 32 * KiB, 3, false, 1, 0, -1},
   };
   for (const PreloadRow& r : rows) {
-    SCOPED_TRACE(std::string(collective_name(r.type)) + " " + std::to_string(r.bytes) + " bytes" +
-                 (r.pairs_in_pieces ? ", pair in pieces" : ""));
-    EXPECT_EQ(preload_bytes(th, t, request(r.type, r.bytes), r.set_rank, r.root, r.pairs_in_pieces), r.expected);
+    SCOPED_TRACE(std::string(collective_name(r.type)) + " " + std::to_string(r.bytes) + " bytes, " +
+                 std::to_string(r.ranks) + " ranks" + (r.oversubscribed ? ", oversubscribed" : ""));
+    EXPECT_EQ(preload_bytes(th, t, request(r.type, r.bytes), r.set_rank, r.root, r.ranks, r.oversubscribed),
+              r.expected);
   }
   Request scaled = request(CollectiveType::kAllreduce, 4 * KiB);
   scaled.prescale = 0.5;  // reduced as is only
-  EXPECT_EQ(preload_bytes(th, t, scaled, 0, 0, false), -1);
+  EXPECT_EQ(preload_bytes(th, t, scaled, 0, 0, 2, true), -1);
   Request gpu = request(CollectiveType::kAllreduce, 4 * KiB);
   gpu.memory = Memory::kCuda;
-  EXPECT_EQ(preload_bytes(th, t, gpu, 0, 0, false), -1);
+  EXPECT_EQ(preload_bytes(th, t, gpu, 0, 0, 2, true), -1);
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ ShmTransport::ShmTransport(std::unique_ptr<MpiTransport> inner)
       pipeline_(ctx_) {}
 
 int64_t ShmTransport::preload_bytes(const Request& q, int root_set_rank) const {
-  return horo::preload_bytes(ctx_.thresholds(), inner_->settings().tunables, q, rank(), root_set_rank,
-                             size() == 2 && control_.preloads_in_pieces());
+  return horo::preload_bytes(ctx_.thresholds(), inner_->settings().tunables, q, rank(), root_set_rank, size(),
+                             ctx_.spin_yields());
 }
 
 bool ShmTransport::moves_rooted_directly(CollectiveType type, size_t bytes) const {

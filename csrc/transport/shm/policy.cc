@@ -68,8 +68,10 @@ bool preloads_in_pieces(bool oversubscribed) {
 }
 
 int64_t preload_bytes(const ShmThresholds& th, const Tunables& t, const Request& q, int set_rank, int root_set_rank,
-                      bool pairs_in_pieces) {
+                      int ranks, bool oversubscribed) {
   if (q.memory != Memory::kHost) return -1;
+  // A pair whose preloads come in pieces reads them as they arrive: its limits differ.
+  const bool pairs_in_pieces = ranks == 2 && preloads_in_pieces(oversubscribed);
   const int64_t bytes = q.num_elements() * static_cast<int64_t>(dtype_size(q.dtype));
   const bool reduces_as_is = q.prescale == 1.0 && q.op != ReduceOp::kAdasum;
   const int64_t small = static_cast<int64_t>(th.small_bytes);

@@ -138,9 +138,9 @@ size_t push_stream_bytes(const ShmThresholds& thresholds, int ranks, unsigned co
 bool preloads_in_pieces(bool oversubscribed);
 
 // Bytes of this rank's input that `q`'s collective reads from its peers' preloaded inputs, or
-// -1 where it cannot run from them (it runs as negotiated). `pairs_in_pieces`: a set of 2 ranks
-// that preloads in pieces (preloads_in_pieces).
+// -1 where it cannot run from them (it runs as negotiated), in a set of `ranks` ranks
+// (`oversubscribed`: as for preloads_in_pieces).
 int64_t preload_bytes(const ShmThresholds& thresholds, const Tunables& tunables, const Request& q, int set_rank,
-                      int root_set_rank, bool pairs_in_pieces);
+                      int root_set_rank, int ranks, bool oversubscribed);
 
 }  // namespace horo
