@@ -155,7 +155,7 @@ def steps_after(text, t, below_size=None):
             if m and float(m.group(2)) > t and (below_size is None or int(m.group(3)) < below_size)]
 
 
-def measure(mode, env, workdir, last_call, max_restarts, single_host=False, keep_alive_s=1):
+def measure(mode, env, workdir, last_call, max_restarts, single_host, keep_alive_s):
     log = workdir / f"{mode}.log"
     log.write_bytes(b"")
     checkpoint = str(workdir / "torchrun.ckpt")

@@ -427,8 +427,9 @@ bool transfer_label(bool send, long peer, long tag, py::handle name, std::string
 // horo.send / horo.recv of a plain NumPy array in the global set, recognised here as run_plain()
 // recognises a collective: an exact ndarray, C-contiguous (and writable to receive into), int
 // peer and tag, a str name or None (then named as Python would). Python's checks and naming cost
-// more than the transfer (1.2 us a call of a 4-byte ping-pong's 4.0). Anything else returns
-// NotImplemented and takes horo/point_to_point.py's full path, whose errors name the problem.
+// more than a small transfer (MEASUREMENTS.md, "Point-to-point and the torch.distributed backend").
+// Anything else returns NotImplemented and takes horo/point_to_point.py's full path, whose errors
+// name the problem.
 // Positional only: (send, tensor, peer, tag, name, process_set).
 py::object transfer_plain(PyObject* const* args, size_t given) {
   if (given != 6) throw py::type_error("transfer_plain() takes 6 positional arguments");
