@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -188,12 +189,13 @@ def check_result(job, epochs=2, dataset_size=24):
 
 
 @pytest.mark.timeout(300)
-def test_killed_rank_resumes_from_last_commit_on_the_remaining_host(tmp_path):
-    job = ElasticJob(tmp_path, ["localhost:2", "127.0.0.1:1"], ["-np", "3", "--min-np", "2"],
+def test_killed_rank_0_resumes_from_last_commit_on_the_remaining_host(tmp_path):
+    """Rank 0, the one that hands the commits to the driver, SIGKILLed right after a commit returned."""
+    job = ElasticJob(tmp_path, ["127.0.0.1:1", "localhost:2"], ["-np", "3", "--min-np", "2"],
                      ["--step-seconds", "0.3"])
     _, m = job.wait_for(r"^committed step (3|4|5)$", timeout=180)
     last_seen = int(m.group(1))
-    victim = job.rank_pids(0)[2]  # rank 2: the slot on 127.0.0.1
+    victim = job.rank_pids(0)[0]  # rank 0: the slot on 127.0.0.1
     killed_at = time.monotonic() - job.start
     os.kill(victim, signal.SIGKILL)
     _, blacklisted = job.wait_for(r"host (\S+) blacklisted for the rest of the job", timeout=120)
@@ -347,6 +349,121 @@ def test_commit_handed_over_in_the_background_and_host_change_pushed():
         assert not watch.updated.wait(0.5)
         change.set()
         assert watch.updated.wait(10)
+    finally:
+        server.close()
+
+
+def _driver_env(server):
+    from horo.elastic import driver_link
+
+    return {driver_link.DRIVER_VARIABLE: f"127.0.0.1:{server.port}", driver_link.SECRET_VARIABLE: server.secret,
+            driver_link.GENERATION_VARIABLE: "0"}
+
+
+def _fetch(env):
+    from horo.elastic import driver_link
+
+    link = driver_link.DriverLink(env)
+    try:
+        return bytes(link.request("fetch")[1])
+    finally:
+        link.close()
+
+
+@pytest.mark.timeout(60)
+def test_commits_go_into_slots_the_driver_maps_and_outlive_rank_0s_descriptors():
+    """rank 0's commits on the driver's machine: written into one of two memory files the driver maps, held
+    once commit() returns, the held one never written next, still there when rank 0's descriptor is gone;
+    a slot the driver cannot verify (another machine: the nonce differs) sends the bytes over the socket."""
+    from horo.elastic import driver_link
+    from horo.run.elastic_state_server import StateServer
+
+    server = StateServer(lambda generation: False)
+    try:
+        env = _driver_env(server)
+        handoff = driver_link.Handoff(env)
+        first = [bytes(range(256)) * 400, bytearray(b"one")]
+        slot_a = handoff.commit(first)
+        assert slot_a is not None and server.commits == 1 and _fetch(env) == b"".join(first)
+        assert handoff.next_slot() is not slot_a  # the slot the driver holds is not written next
+        second = [b"two" * 1000]
+        slot_b = handoff.commit(second)
+        assert slot_b is not slot_a and _fetch(env) == second[0]
+        assert handoff.next_slot() is slot_a
+        os.close(slot_b.fd)  # as if rank 0 were gone: the driver's own descriptor keeps the commit
+        assert _fetch(env) == second[0]
+
+        other = driver_link.Handoff(env)
+        other.next_slot().nonce = bytes(16)  # not what the file begins with
+        assert other.commit([b"over the socket"]) is None
+        assert other.wait(timeout=30) and server.commits == 3 and _fetch(env) == b"over the socket"
+    finally:
+        server.close()
+
+
+def test_a_commit_slot_keeps_parts_in_place_and_moves_the_others_before_overwriting_them():
+    from horo.elastic.commit_slots import Slot
+
+    slot = Slot(1 << 12)
+    payload = np.arange(200, dtype=np.uint8)
+    assert slot.write([b"x" * 64, payload]) == 264
+    in_place = slot.view(64, 200)
+    assert slot.write([b"y" * 64, in_place]) == 264 and np.array_equal(slot.view(64, 200), payload)
+    # The same part, moved by a longer head that overwrites where it was: taken out first.
+    assert slot.write([b"z" * 128, in_place]) == 328
+    assert bytes(slot.view(0, 128)) == b"z" * 128 and np.array_equal(slot.view(128, 200), payload)
+
+
+@pytest.mark.timeout(60)
+def test_torch_state_saves_rank_0s_commits_in_place_and_the_driver_holds_each_one(monkeypatch):
+    """TorchState on rank 0 of an elastic launch (the driver's server in this process): from the third commit
+    on, save() writes the tensors straight into the slot (once it has grown with the momentum); every commit the driver holds deserializes to
+    the weights and optimizer state committed, including after the optimizer gained its momentum."""
+    import horo.torch as hvd
+    from horo import basics
+    from horo.elastic import driver_link
+    from horo.run.elastic_state_server import StateServer
+
+    server = StateServer(lambda generation: False)
+    try:
+        env = _driver_env(server)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(driver_link, "_handoff", None)
+        monkeypatch.setattr(driver_link, "_link", None)
+        monkeypatch.setattr(basics, "rank", lambda: 0)
+        monkeypatch.setattr(hvd.elastic.State, "_hosts_updated_everywhere", lambda self, link: False)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        state = hvd.elastic.TorchState(model, optimizer, step=0)
+        x = torch.randn(8, 6)
+
+        def assert_driver_holds(step, weights, momentum):
+            fresh_model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+            fresh_optimizer = torch.optim.SGD(fresh_model.parameters(), lr=0.1, momentum=0.9)
+            fresh = hvd.elastic.TorchState(fresh_model, fresh_optimizer, step=-1)
+            fresh.deserialize(_fetch(env))
+            fresh.restore()
+            assert fresh.step == step
+            assert all(torch.equal(fresh_model.state_dict()[k], v) for k, v in weights.items()), step
+            got = [s["momentum_buffer"] for s in fresh_optimizer.state.values()]
+            assert len(got) == len(momentum) and all(torch.equal(a, b) for a, b in zip(got, momentum)), step
+
+        for step in range(6):
+            state.step = step
+            state.commit()  # the first, before any step: the optimizer has no momentum yet
+            weights = {k: v.clone() for k, v in model.state_dict().items()}
+            momentum = [s["momentum_buffer"].clone() for s in optimizer.state.values()]
+            assert_driver_holds(step, weights, momentum)
+            if step >= 3:  # each slot has views of the state as it is now (it grew at the first step)
+                slot = driver_link.handoff()._slots._slots[step % 2]
+                weight = state._handlers["model"].saved["0.weight"]
+                assert slot.address <= weight.data_ptr() < slot.address + slot.capacity, step
+            model(x).sum().backward()
+            optimizer.step()
+            state.save()  # as sync() does: into the slot the driver does not hold
+            assert_driver_holds(step, weights, momentum)
     finally:
         server.close()
 

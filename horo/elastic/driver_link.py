@@ -3,15 +3,19 @@
 horo-run starts every rank of an elastic job with HORO_ELASTIC_DRIVER (its addresses and port),
 HORO_ELASTIC_SECRET and HORO_ELASTIC_GENERATION (0 for the first launch, +1 per relaunch).
 Only rank 0 talks to the driver; the other ranks learn what it hears through horo collectives.
-Rank 0 holds three connections, so none waits behind another: requests and answers (this module's
-DriverLink), the commits (CommitSender: a thread hands each commit over while training goes on),
-and the host-update notifications the driver pushes (HostWatch: a thread sets a flag commit() reads).
+Rank 0 holds up to three connections, so none waits behind another: requests and answers (this
+module's DriverLink), the host-update notifications the driver pushes (HostWatch: a thread sets a
+flag commit() reads) and, where the driver runs on another machine, the commits (CommitSender: a
+thread sends each one while training goes on). On the driver's machine a commit is written into
+memory the driver maps instead (horo.elastic.commit_slots; Handoff chooses).
 """
 import os
 import socket
+import sys
 import threading
 import time
 
+from horo.elastic.commit_slots import CommitSlots
 from horo.elastic.wire import WireError, recv_message, send_message
 
 DRIVER_VARIABLE = "HORO_ELASTIC_DRIVER"
@@ -97,8 +101,8 @@ class DriverLink:
 
 
 class CommitSender:
-    """Hands rank 0's commits to the driver from a thread of its own, one at a time, so a commit costs
-    the step its in-memory copy and not the transfer. The driver keeps a commit only once it holds all
+    """Sends rank 0's commits to a driver on another machine from a thread of its own, one at a time, so a
+    commit costs the step its in-memory copy and not the transfer. The driver keeps a commit only once it holds all
     of it; `wait()` returns when the last one handed over is held there."""
 
     def __init__(self, env=None):
@@ -175,8 +179,48 @@ class HostWatch:
             self.updated.set()
 
 
+class Handoff:
+    """Rank 0's commits to the driver. On the driver's machine each one is written into a slot the driver
+    maps (horo.elastic.commit_slots) and is held there once commit() returns; elsewhere (the driver cannot
+    open the slot) it goes over the socket from CommitSender's thread, and the next commit waits for it."""
+
+    def __init__(self, env=None):
+        self._env = env
+        self._link = DriverLink(env)
+        self._slots = CommitSlots() if hasattr(os, "memfd_create") else None
+        self._sender = None
+
+    def next_slot(self):
+        """The slot the next commit is written into (None where commits go over the socket): a state may save
+        into it (Slot.view) so that its commit is already in place."""
+        return self._slots.next() if self._slots is not None else None
+
+    def commit(self, parts):
+        """Hands over one commit (bytes-like, or a list of parts). Returns the slot it was written into, or
+        None where it went to the socket."""
+        parts = parts if isinstance(parts, list) else [parts]
+        if self._slots is not None:
+            slot = self._slots.next(sum(memoryview(p).nbytes for p in parts))
+            length = slot.write(parts)
+            answer, _ = self._link.request("commit", slot=slot.describe(length))
+            if answer.get("held"):
+                self._slots.held(slot)
+                return slot
+            print(f"horo: elastic: the driver cannot map rank 0's commits ({answer.get('why')}); sending them "
+                  "over its socket instead", file=sys.stderr, flush=True)
+            self._slots = None
+        if self._sender is None:
+            self._sender = CommitSender(self._env)
+        self._sender.submit(parts)
+        return None
+
+    def wait(self, timeout=None):
+        """Blocks until the driver holds every commit handed over (True), or `timeout` passes (False)."""
+        return True if self._sender is None else self._sender.wait(timeout)
+
+
 _link = None
-_sender = None
+_handoff = None
 _watch = None
 
 
@@ -188,12 +232,12 @@ def link():
     return _link
 
 
-def commit_sender():
-    """This process's CommitSender (None outside an elastic job); only rank 0 uses one."""
-    global _sender
-    if _sender is None and under_driver():
-        _sender = CommitSender()
-    return _sender
+def handoff():
+    """This process's Handoff (None outside an elastic job); only rank 0 uses one."""
+    global _handoff
+    if _handoff is None and under_driver():
+        _handoff = Handoff()
+    return _handoff
 
 
 def host_watch():
@@ -205,5 +249,5 @@ def host_watch():
 
 
 def handoff_done(timeout=None):
-    """Waits until the driver holds rank 0's last commit (True at once where nothing was handed over)."""
-    return True if _sender is None else _sender.wait(timeout)
+    """Waits until the driver holds rank 0's last commit (True at once where nothing is on its way)."""
+    return True if _handoff is None else _handoff.wait(timeout)

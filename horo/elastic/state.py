@@ -2,9 +2,9 @@
 
 A state lives on every rank. `commit()` keeps a copy in memory (the point `restore()` goes back
 to) and, in a job launched by an elastic horo-run, rank 0 also hands the serialised copy to the
-driver (from a thread, while training goes on), which holds it in memory: when ranks die or hosts
-change, the driver relaunches the job and the new ranks start from it (see horo.elastic.run).
-Nothing is written to disk.
+driver, which holds it in memory (on its machine: it maps the memory rank 0 wrote the commit into,
+horo.elastic.commit_slots): when ranks die or hosts change, the driver relaunches the job and the
+new ranks start from it (see horo.elastic.run). Nothing is written to disk.
 """
 import copy
 import os
@@ -47,22 +47,22 @@ class State:
         """Keeps the current state as the point to go back to, then checks for host changes
         (raising HostsUpdatedInterrupt on every rank when the job should grow or shrink).
 
-        In an elastic launch rank 0 also hands the serialised state to the driver, from a thread: the
-        transfer overlaps the next steps, and the next commit first waits for it (see docs/elastic.md
-        for when the driver holds a commit)."""
+        In an elastic launch rank 0 also hands the serialised state to the driver before the ranks leave
+        commit() together, so a commit any rank returned from is held by the driver (where the driver runs
+        on another machine the transfer goes on from a thread instead: see docs/elastic.md)."""
         link = driver_link.link()
-        sender = driver_link.commit_sender() if link is not None and self._rank() == 0 else None
-        if sender is not None:
-            sender.wait()  # save() overwrites the snapshot the last hand-off sends from
+        handoff = driver_link.handoff() if link is not None and self._rank() == 0 else None
+        if handoff is not None:
+            handoff.wait()  # save() overwrites the snapshot a hand-off over the socket sends from
         self.save()
-        payload = self.serialize() if sender is not None else None
-        hosts_updated = self._hosts_updated_everywhere(link)
-        if sender is not None:
-            # Started after the broadcast, so the hand-off competes with the next steps, not with it; a
-            # launch stopping for new hosts waits for it (horo.elastic.run).
-            sender.submit(payload)
-        if hosts_updated:
+        if handoff is not None:
+            self.committed_into(handoff.commit(self.serialize()))
+        if self._hosts_updated_everywhere(link):
             raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def committed_into(self, slot):
+        """Rank 0, after each commit: it went into `slot` (horo.elastic.commit_slots; None: over the socket).
+        A state that saves into the slot's memory (TorchState) keeps its views of it here."""
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when the driver has a new set of hosts."""

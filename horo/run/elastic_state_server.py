@@ -2,7 +2,10 @@
 state in memory and tells rank 0 when the hosts changed.
 
     fetch      -> the last commit (empty before the first one); rank 0 asks at the start of a launch
-    commit     <- rank 0's serialised state (sent from a thread of rank 0's); -> {"commits": n} once held
+    commit     <- where rank 0 wrote its serialised state ("slot": pid, fd, nonce, length; the driver maps it,
+                  horo.elastic.commit_slots) -> {"commits": n, "held": true}, or {"held": false, "why": ...}
+                  when it cannot (another machine); then the state itself, sent from a thread of rank 0's
+                  -> {"commits": n} once held
     watch      rank 0, at its start: the connection stays open, and the driver writes {"hosts_updated": true}
                on it when the job should change hosts (the launch then stops at its next commit)
     leaving    rank 0, after that commit reached the driver: the launch is stopping for the new hosts
@@ -17,6 +20,7 @@ refused, so a rank of an ending launch cannot overwrite what the new one resumes
 """
 import fcntl
 import hmac
+import os
 import secrets
 import socket
 import socketserver
@@ -25,6 +29,7 @@ import sys
 import threading
 import time
 
+from horo.elastic.commit_slots import open_held, read_held
 from horo.elastic.wire import WireError, recv_message, send_message
 
 _SIOCGIFADDR = 0x8915
@@ -66,8 +71,9 @@ class StateServer:
         self._wait_for_hosts = wait_for_hosts
         self._on_leaving = on_leaving
         self._closed = threading.Event()
-        self._state = b""
+        self._state = b""  # the last commit's bytes: received, or mapped from rank 0's slot
         self._spare = None  # the commit before the last one's memory, refilled by the next commit
+        self._slots = {}  # (pid, fd, nonce) -> the driver's descriptor of a rank 0's commit slot
         self._lock = threading.Lock()
         self._fetched = threading.Event()
         server = self
@@ -115,6 +121,10 @@ class StateServer:
         self._closed.set()
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            for fd in self._slots.values():
+                os.close(fd)
+            self._slots.clear()
 
     def new_generation(self, generation):
         with self._lock:
@@ -146,6 +156,18 @@ class StateServer:
                 return
             self._wait_for_hosts(1.0)
 
+    def _hold_slot(self, slot):
+        """Maps the commit rank 0 wrote into its slot; keeps a descriptor for that slot and the other one,
+        and lets go of any older (a relaunch's rank 0 has slots of its own)."""
+        key = (slot["pid"], slot["fd"], slot["nonce"])
+        if key not in self._slots:
+            self._slots[key] = open_held(*key, slot["length"])
+        self._state = read_held(self._slots[key], slot["length"])
+        self._spare = None
+        for old in list(self._slots)[:-2]:
+            if old != key:
+                os.close(self._slots.pop(old))
+
     @property
     def committed_bytes(self):
         return len(self._state)
@@ -174,12 +196,18 @@ class StateServer:
                     + (f"commit {self.commits} ({len(self._state)} bytes)" if self._state else "no commit (none yet)"))
                 return {"commits": self.commits}, self._state
             if op == "commit":
-                if isinstance(self._state, bytearray) and self._state is not payload:
-                    self._spare = self._state
-                self._state = payload
+                if isinstance(header.get("slot"), dict):
+                    try:
+                        self._hold_slot(header["slot"])
+                    except (OSError, KeyError, TypeError, ValueError) as e:
+                        return {"held": False, "why": str(e)}, b""
+                else:
+                    if isinstance(self._state, bytearray) and self._state is not payload:
+                        self._spare = self._state
+                    self._state = payload
                 self.commits += 1
                 self.last_commit_time = time.monotonic()
-                return {"commits": self.commits}, b""
+                return {"commits": self.commits, "held": True}, b""
             if op == "peer_lost":
                 self.peer_reports.append((generation, header.get("rank"), header.get("host"),
                                           str(header.get("message", ""))))

@@ -24,10 +24,13 @@ import torch
 from horo import basics
 from horo.elastic import ObjectState as _ObjectState
 from horo.elastic import State, driver_link, run, run_fn
+from horo.elastic.commit_slots import ALIGNMENT
 from horo.errors import HorovodInternalError, HostsUpdatedInterrupt
 from horo.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 _SKELETON_LENGTH = struct.Struct("!Q")
+_PADDING = bytes(ALIGNMENT)
+_LAST = object()  # _ModelHandler.save: into the last snapshot
 
 __all__ = ["run", "run_fn", "State", "ObjectState", "TorchState", "ElasticSampler",
            "HorovodInternalError", "HostsUpdatedInterrupt"]
@@ -136,7 +139,7 @@ def _copy_into(saved, current):
 
 
 class _TensorRef:
-    """Stands for a tensor in the pickled skeleton of a commit; its bytes follow the skeleton."""
+    """Stands for a tensor in the pickled skeleton of a commit; its bytes lie at `offset` in the commit."""
 
     def __init__(self, offset, nbytes, dtype, shape):
         self.offset, self.nbytes, self.dtype, self.shape = offset, nbytes, dtype, tuple(shape)
@@ -144,7 +147,8 @@ class _TensorRef:
 
 class _Tensors(list):
     """The tensors _split takes out, and the bytes they take so far (each one's offset, kept as it goes:
-    summing the list again per tensor is quadratic in a model's hundreds of tensors)."""
+    summing the list again per tensor is quadratic in a model's hundreds of tensors). Each starts on
+    ALIGNMENT, so a view of a commit's bytes is a tensor of its dtype in place."""
     nbytes = 0
 
 
@@ -153,9 +157,10 @@ def _split(obj, tensors):
     (a _Tensors)."""
     if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
-        offset, nbytes = tensors.nbytes, t.numel() * t.element_size()
-        tensors.append(t)
-        tensors.nbytes += nbytes
+        offset = -(-tensors.nbytes // ALIGNMENT) * ALIGNMENT
+        nbytes = t.numel() * t.element_size()
+        tensors.append((offset, t))
+        tensors.nbytes = offset + nbytes
         return _TensorRef(offset, nbytes, t.dtype, t.shape)
     if isinstance(obj, dict):
         out = type(obj)((k, _split(v, tensors)) for k, v in obj.items())
@@ -167,19 +172,22 @@ def _split(obj, tensors):
     return obj
 
 
-def _join(obj, data, base):
+def _join(obj, data, copy=True):
+    """`obj` with each _TensorRef replaced by its tensor from the commit's bytes `data`: a copy, or
+    (`copy=False`) a view of them."""
     if isinstance(obj, _TensorRef):
         if obj.nbytes == 0:
             return torch.empty(obj.shape, dtype=obj.dtype)
-        raw = torch.frombuffer(data, dtype=torch.uint8, count=obj.nbytes, offset=base + obj.offset)
-        return raw.view(obj.dtype).reshape(obj.shape).clone()
+        raw = torch.frombuffer(data, dtype=torch.uint8, count=obj.nbytes, offset=obj.offset)
+        tensor = raw.view(obj.dtype).reshape(obj.shape)
+        return tensor.clone() if copy else tensor
     if isinstance(obj, dict):
-        out = type(obj)((k, _join(v, data, base)) for k, v in obj.items())
+        out = type(obj)((k, _join(v, data, copy)) for k, v in obj.items())
         if hasattr(obj, "_metadata"):
             out._metadata = obj._metadata
         return out
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_join(v, data, base) for v in obj)
+        return type(obj)(_join(v, data, copy) for v in obj)
     return obj
 
 
@@ -189,8 +197,10 @@ class _ModelHandler:
         self.saved = None
         self.save()  # as in Horovod: restore() before any commit goes back to the start
 
-    def save(self):
-        self.saved = _copy_into(self.saved, self.value.state_dict())
+    def save(self, into=_LAST):
+        """Copies the state into the last snapshot's tensors, into `into`'s (views of a commit slot), or
+        (None) into new memory."""
+        self.saved = _copy_into(self.saved if into is _LAST else into, self.value.state_dict())
 
     def restore(self):
         # A copy: an optimizer's load_state_dict keeps the tensors it is given, which would tie the
@@ -249,10 +259,15 @@ class TorchState(ObjectState):
 
     def save(self):
         # The snapshot is overwritten in place: first let rank 0's hand-off of the last commit, which
-        # sends from it, finish.
+        # sends from it, finish. On rank 0 of an elastic launch the tensors are saved into the slot the
+        # commit goes to, so the commit is in place there (committed_into keeps the views).
         driver_link.handoff_done()
-        for handler in self._handlers.values():
-            handler.save()
+        handoff = driver_link.handoff() if driver_link.under_driver() and basics.rank() == 0 else None
+        slot = handoff.next_slot() if handoff is not None else None
+        views = slot.saved[1] if slot is not None and slot.saved is not None else {}
+        for name, handler in self._handlers.items():
+            # Where the slot has no views yet, new memory: the last snapshot may be the commit the driver holds.
+            handler.save(views.get(name) if slot is not None else _LAST)
         super().save()
 
     def restore(self):
@@ -267,21 +282,32 @@ class TorchState(ObjectState):
         self.save()
 
     def serialize(self):
-        # A small pickled skeleton, then every tensor's bytes straight from the snapshot (no copy).
+        # Every tensor's bytes straight from the snapshot (no copy), each on ALIGNMENT, then a small
+        # pickled skeleton and its length: the tensors' offsets do not move when the skeleton does.
         tensors = _Tensors()
-        skeleton = pickle.dumps({"handlers": {name: _split(h.saved, tensors) for name, h in self._handlers.items()},
-                                 "objects": self._saved_state}, protocol=pickle.HIGHEST_PROTOCOL)
-        return [_SKELETON_LENGTH.pack(len(skeleton)), skeleton] + \
-            [t.reshape(-1).view(torch.uint8).numpy() for t in tensors if t.numel()]
+        self._handler_refs = {name: _split(h.saved, tensors) for name, h in self._handlers.items()}
+        self._layout = [(offset, t.dtype, t.shape) for offset, t in tensors]
+        skeleton = pickle.dumps({"handlers": self._handler_refs, "objects": self._saved_state},
+                                protocol=pickle.HIGHEST_PROTOCOL)
+        parts, at = [], 0
+        for offset, t in tensors:
+            if t.numel():
+                parts += [_PADDING[:offset - at], t.reshape(-1).view(torch.uint8).numpy()]
+                at = offset + t.numel() * t.element_size()
+        return parts + [_PADDING[:tensors.nbytes - at], skeleton, _SKELETON_LENGTH.pack(len(skeleton))]
+
+    def committed_into(self, slot):
+        if slot is not None and (slot.saved is None or slot.saved[0] != self._layout):
+            # The slot's bytes as tensors of this layout: the next commit into this slot saves into them.
+            slot.saved = (self._layout, {name: _join(refs, slot.view(0, slot.capacity), copy=False)
+                                         for name, refs in self._handler_refs.items()})
 
     def deserialize(self, data):
         data = bytearray(data) if isinstance(data, bytes) else data  # torch.frombuffer wants it writable
-        (length,) = _SKELETON_LENGTH.unpack_from(data, 0)
-        base = _SKELETON_LENGTH.size + length
-        skeleton = pickle.loads(memoryview(data)[_SKELETON_LENGTH.size:base])
-        saved = {"handlers": {name: _join(value, data, base) for name, value in skeleton["handlers"].items()},
-                 "objects": skeleton["objects"]}
-        for name, value in saved["handlers"].items():
+        (length,) = _SKELETON_LENGTH.unpack_from(data, len(data) - _SKELETON_LENGTH.size)
+        skeleton_at = len(data) - _SKELETON_LENGTH.size - length
+        skeleton = pickle.loads(memoryview(data)[skeleton_at:skeleton_at + length])
+        for name, refs in skeleton["handlers"].items():
             if name in self._handlers:
-                self._handlers[name].saved = value
-        self._saved_state = saved["objects"]
+                self._handlers[name].saved = _join(refs, data)
+        self._saved_state = skeleton["objects"]
