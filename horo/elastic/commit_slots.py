@@ -2,8 +2,8 @@
 
 Rank 0 writes each commit into one of two anonymous memory files (memfd) and tells the driver
 where it is (its pid, the file's descriptor, a random nonce the file begins with); the driver opens
-/proc/<pid>/fd/<fd> and so holds the same pages. Nothing crosses a socket, the driver copies
-nothing, and the commit outlives rank 0: the driver's reference keeps it. The two files alternate,
+/proc/<pid>/fd/<fd> and so holds the same pages. The state never crosses a socket, the driver
+copies nothing, and the commit outlives rank 0: the driver's reference keeps it. The two files alternate,
 so the one the driver holds is never written while a new commit is. Where the driver cannot open
 the file (another machine, another pid namespace: the nonce does not match), rank 0 sends the bytes
 over the socket instead (horo.elastic.driver_link).
