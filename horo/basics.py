@@ -1,5 +1,6 @@
 """The process model: init/shutdown and where this process sits."""
 import atexit
+import os
 
 from horo._native import _core
 from horo.errors import HoroError
@@ -21,6 +22,7 @@ def init(comm=None, process_sets=None):
         _core.init(comm.py2f())
     if comm is None:
         _refuse_slurm_singleton()
+        _unlink_singleton_segment()
     if _core.rank() == 0:  # once per job, not once per rank
         from horo.environment import warn_about_unknown_names
 
@@ -43,6 +45,25 @@ def _refuse_slurm_singleton(before_mpi=False):
         if not before_mpi:
             _core.shutdown()
         raise HoroError(message)
+
+
+def _unlink_singleton_segment():
+    """Open MPI 5 started without a launcher (a world of one) never removes the file behind its
+    shared-memory BTL's segment, 16 MiB in /dev/shm per run (open-mpi/ompi#13261). No peer will ever
+    attach to it, so its name goes now; the mapping stays."""
+    if _core.size() != 1 or any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK")):
+        return  # launched: the launcher removes it
+    try:
+        with open("/proc/self/maps") as maps:
+            fields = [line.split(None, 5) for line in maps]
+    except OSError:
+        return
+    for path in {f[5].strip() for f in fields if len(f) == 6}:
+        if path.startswith(("/dev/shm/sm_segment.", "/dev/shm/vader_segment.")):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def shutdown():

@@ -3,6 +3,7 @@
 Each scenario runs in a fresh interpreter (MPI can be initialised only once per
 process, and the pytest process itself must stay MPI-free).
 """
+import os
 import shutil
 import subprocess
 import sys
@@ -163,6 +164,28 @@ def test_single_process_without_mpirun_is_a_world_of_size_one():
         assert horo.is_initialized() is False
         """
     )
+
+
+@pytest.mark.timeout(120)
+def test_a_world_of_one_leaves_no_shared_memory_file():
+    """Open MPI 5 without a launcher never removes its shared-memory BTL's file; horo.init() does."""
+    out = run_python(
+        """
+        horo.init()
+        with open("/proc/self/maps") as maps:
+            mapped = {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
+        for path in sorted(p for p in mapped if p.startswith("/dev/shm/") and "_segment." in p):
+            print("SEGMENT", path.removesuffix(" (deleted)"))
+        horo.shutdown()
+        """
+    )
+    segments = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("SEGMENT ")]
+    if not segments:
+        pytest.skip("this MPI maps no shared-memory BTL file in a world of one")
+    left = [p for p in segments if os.path.exists(p)]
+    for path in left:
+        os.unlink(path)
+    assert not left, f"left in /dev/shm: {left}"
 
 
 @pytest.mark.timeout(120)
