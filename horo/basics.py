@@ -22,7 +22,7 @@ def init(comm=None, process_sets=None):
         _core.init(comm.py2f())
     if comm is None:
         _refuse_slurm_singleton()
-        _unlink_singleton_segment()
+    _unlink_singleton_segment()
     if _core.rank() == 0:  # once per job, not once per rank
         from horo.environment import warn_about_unknown_names
 
