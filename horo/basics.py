@@ -53,13 +53,15 @@ def _unlink_singleton_segment():
     attach to it, so its name goes now; the mapping stays."""
     if _core.size() != 1 or any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK")):
         return  # launched: the launcher removes it
+    from horo.run.slurm import SEGMENT_PREFIXES
+
     try:
         with open("/proc/self/maps") as maps:
             fields = [line.split(None, 5) for line in maps]
     except OSError:
         return
     for path in {f[5].strip() for f in fields if len(f) == 6}:
-        if path.startswith(("/dev/shm/sm_segment.", "/dev/shm/vader_segment.")):
+        if path.startswith(tuple("/dev/shm/" + prefix for prefix in SEGMENT_PREFIXES)):
             try:
                 os.unlink(path)
             except OSError:

@@ -416,9 +416,10 @@ def test_a_commit_slot_keeps_parts_in_place_and_moves_the_others_before_overwrit
 
 @pytest.mark.timeout(60)
 def test_torch_state_saves_rank_0s_commits_in_place_and_the_driver_holds_each_one(monkeypatch):
-    """TorchState on rank 0 of an elastic launch (the driver's server in this process): from the third commit
-    on, save() writes the tensors straight into the slot (once it has grown with the momentum); every commit the driver holds deserializes to
-    the weights and optimizer state committed, including after the optimizer gained its momentum."""
+    """TorchState on rank 0 of an elastic launch (the driver's server in this process): from the fourth
+    commit on, save() writes the tensors straight into the slot (once it has grown with the momentum);
+    every commit the driver holds deserializes to the weights and optimizer state committed, including
+    after the optimizer gained its momentum."""
     import horo.torch as hvd
     from horo import basics
     from horo.elastic import driver_link

@@ -64,7 +64,8 @@ class Slurm:
             print(f"{' '.join(map(str, cmd))}: Open MPI's MPI_Init crashed (open-mpi/ompi#12495): once more")
             proc = self._on(host, *cmd, timeout=timeout)
         if check:
-            assert proc.returncode == 0, f"{' '.join(map(str, cmd))}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            assert proc.returncode == 0, \
+                f"{' '.join(map(str, cmd))}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
 
     def _on(self, host, *cmd, timeout):

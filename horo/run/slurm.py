@@ -354,7 +354,7 @@ def job_end_reason(job_id, nodes, signalled=False):
     return None
 
 
-_SEGMENT_PREFIXES = ("sm_segment.", "vader_segment.")  # Open MPI 5's and 4's shared-memory BTL files
+SEGMENT_PREFIXES = ("sm_segment.", "vader_segment.")  # Open MPI 5's and 4's shared-memory BTL files
 
 
 def mpi_segments(directory="/dev/shm"):
@@ -362,7 +362,7 @@ def mpi_segments(directory="/dev/shm"):
         names = os.listdir(directory)
     except OSError:
         return set()
-    return {n for n in names if n.startswith(_SEGMENT_PREFIXES)}
+    return {n for n in names if n.startswith(SEGMENT_PREFIXES)}
 
 
 def _mapped_files():
