@@ -111,7 +111,10 @@ class Slurm:
                 time.sleep(0.2)  # let the last writer finish its line
                 return {int(f.stem): f.read_text().split() for f in files}
             state, text = self.job_state(job_id)
-            assert state in ("PENDING", "RUNNING", "CONFIGURING"), f"job {job_id} ended early:\n{text}"
+            if state not in ("PENDING", "RUNNING", "CONFIGURING"):
+                m = re.search(r"StdOut=(\S+)", text)
+                out = Path(m.group(1)).read_text(errors="replace")[-4000:] if m and Path(m.group(1)).exists() else ""
+                pytest.fail(f"job {job_id} ended early:\n{text}\nits output:\n{out}", pytrace=False)
             time.sleep(0.3)
         pytest.fail(f"only {len(list(directory.glob('*.pid')))} of {count} ranks started in {timeout}s", pytrace=False)
 
